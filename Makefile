@@ -1,0 +1,39 @@
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test lint proto bench bench-quick clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m mooncake_py.examples.round_trip
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+proto: $(STAMP)
+	$(PY) -m mooncake_py._proto.generate
+
+bench: $(STAMP)
+	$(PY) -m tests.bench.store_bench
+
+bench-quick: $(STAMP)
+	$(PY) -m tests.bench.store_bench --quick
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

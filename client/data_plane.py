@@ -1,0 +1,183 @@
+"""Moves replica bytes between a caller's buffers and segments, choosing the path per replica.
+
+Paths, best first:
+
+1. the replica lives in this client's own segment: one memcpy;
+2. it lives in another client's segment on this host (same ``host_id`` and its shared-memory
+   file is visible here): map that file once, then one memcpy per transfer;
+3. otherwise: the owner's TCP transfer service, pipelining every op for one peer on one
+   connection.
+
+``force_tcp`` (``MOONCAKE_PY_FORCE_TCP=1``) skips paths 1 and 2 so that tests and benchmarks
+exercise the network path on one host.
+
+Thread-safety: safe to call from several threads at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mooncake_py.client.segment import LocalSegment, MappedFile, PeerMappings
+from mooncake_py.client.transfer import OP_READ, OP_WRITE, TransferClient, TransferOp
+from mooncake_py.errors import ErrorCode, TransferError
+from mooncake_py.types import ReplicaDescriptor
+
+
+def view_of_address(address: int, size: int) -> memoryview:
+    """A writable byte view of ``size`` bytes at raw ``address`` (caller guarantees validity)."""
+    return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
+
+
+@dataclass(slots=True)
+class WriteItem:
+    """Write ``parts`` (concatenated) to every replica in ``replicas``."""
+
+    replicas: Sequence[ReplicaDescriptor]
+    parts: Sequence[memoryview]
+
+
+@dataclass(slots=True)
+class ReadItem:
+    """Read one replica out of ``replicas`` into ``buffer`` (exactly the object's size)."""
+
+    replicas: Sequence[ReplicaDescriptor]
+    buffer: memoryview
+
+
+class DataPlane:
+    """Chooses a path per replica and performs batched transfers.
+
+    Args:
+        host_id: this machine's id (see :func:`mooncake_py.client.segment.host_id`).
+        local_segment: the segment this client contributes, if any.
+        force_tcp: always use the TCP path.
+    """
+
+    def __init__(self, host_id: str, local_segment: LocalSegment | None, force_tcp: bool) -> None:
+        self.host_id = host_id
+        self.force_tcp = force_tcp
+        self._local = local_segment
+        self._peers = PeerMappings()
+        self._tcp = TransferClient()
+
+    def memory_of(self, replica: ReplicaDescriptor) -> memoryview | None:
+        """A view of the replica's bytes when they are mapped in this process, else None."""
+        if self.force_tcp:
+            return None
+        if self._local is not None and replica.segment_id == self._local.segment_id:
+            return self._local.view[replica.offset : replica.offset + replica.size]
+        if replica.host_id != self.host_id or not replica.shm_path:
+            return None
+        mapped = self._peers.get(
+            replica.segment_id, replica.shm_path, replica.offset + replica.size
+        )
+        if mapped is None:
+            return None
+        return mapped.view[replica.offset : replica.offset + replica.size]
+
+    def mapped_address(self, replica: ReplicaDescriptor) -> tuple[int, MappedFile] | None:
+        """Address of the replica's bytes in this process and the mapping that keeps them valid,
+        or None when the replica is not mapped here."""
+        if self.force_tcp:
+            return None
+        if self._local is not None and replica.segment_id == self._local.segment_id:
+            return self._local.address + replica.offset, self._local
+        if replica.host_id != self.host_id or not replica.shm_path:
+            return None
+        mapped = self._peers.get(
+            replica.segment_id, replica.shm_path, replica.offset + replica.size
+        )
+        return None if mapped is None else (mapped.address + replica.offset, mapped)
+
+    def write(self, items: Sequence[WriteItem]) -> list[int]:
+        """Write every item to all of its replicas.
+
+        Returns:
+            Per item: 0, or TRANSFER_FAIL when any replica could not be written.
+        """
+        results = [0] * len(items)
+        remote: dict[str, list[tuple[int, TransferOp]]] = {}
+        for index, item in enumerate(items):
+            for replica in item.replicas:
+                memory = self.memory_of(replica)
+                if memory is not None:
+                    _copy_parts_into(memory, item.parts)
+                    continue
+                offset = replica.offset
+                for part in item.parts:
+                    op = TransferOp(OP_WRITE, replica.segment_id, offset, part)
+                    remote.setdefault(replica.te_endpoint, []).append((index, op))
+                    offset += len(part)
+        for endpoint, indexed_ops in remote.items():
+            for index, code in self._run_remote(endpoint, indexed_ops):
+                if code != 0:
+                    results[index] = int(ErrorCode.TRANSFER_FAIL)
+        return results
+
+    def read(self, items: Sequence[ReadItem]) -> list[int]:
+        """Fill each item's buffer from one of its replicas, trying the next one on failure.
+
+        Returns:
+            Per item: 0, or TRANSFER_FAIL when no replica could be read.
+        """
+        results = [int(ErrorCode.TRANSFER_FAIL)] * len(items)
+        pending = list(range(len(items)))
+        attempt = 0
+        while pending:
+            remote: dict[str, list[tuple[int, TransferOp]]] = {}
+            still_pending: list[int] = []
+            for index in pending:
+                replicas = _ordered_for_read(items[index].replicas, self)
+                if attempt >= len(replicas):
+                    continue
+                replica = replicas[attempt]
+                memory = self.memory_of(replica)
+                buffer = items[index].buffer
+                if memory is not None:
+                    buffer[:] = memory[: len(buffer)]
+                    results[index] = 0
+                    continue
+                op = TransferOp(OP_READ, replica.segment_id, replica.offset, buffer)
+                remote.setdefault(replica.te_endpoint, []).append((index, op))
+            for endpoint, indexed_ops in remote.items():
+                for index, code in self._run_remote(endpoint, indexed_ops):
+                    if code == 0:
+                        results[index] = 0
+                    else:
+                        still_pending.append(index)
+            pending = still_pending
+            attempt += 1
+        return results
+
+    def _run_remote(
+        self, endpoint: str, indexed_ops: list[tuple[int, TransferOp]]
+    ) -> list[tuple[int, int]]:
+        try:
+            codes = self._tcp.run(endpoint, [op for _, op in indexed_ops])
+        except TransferError:
+            codes = [int(ErrorCode.TRANSFER_FAIL)] * len(indexed_ops)
+        return [(index, code) for (index, _), code in zip(indexed_ops, codes, strict=True)]
+
+    def close(self) -> None:
+        """Drop peer mappings and pooled connections."""
+        self._tcp.close()
+        self._peers.close()
+
+
+def _copy_parts_into(memory: memoryview, parts: Sequence[memoryview]) -> None:
+    offset = 0
+    for part in parts:
+        memory[offset : offset + len(part)] = part
+        offset += len(part)
+
+
+def _ordered_for_read(
+    replicas: Sequence[ReplicaDescriptor], plane: DataPlane
+) -> list[ReplicaDescriptor]:
+    """Replicas on this host first (cheapest path), then the rest in the master's order."""
+    if plane.force_tcp or len(replicas) < 2:
+        return list(replicas)
+    return sorted(replicas, key=lambda r: r.host_id != plane.host_id)

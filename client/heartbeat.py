@@ -1,0 +1,81 @@
+"""The client's heartbeat: ping the master every second, remount when asked, reconnect.
+
+A master that restarted, or expired this client, answers NEED_REMOUNT; the heartbeat then
+re-registers every segment the client holds, without the caller doing anything. After
+``RECONNECT_AFTER_FAILURES`` consecutive failed pings the channel is rebuilt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from mooncake_py.client.master_client import MasterClient
+from mooncake_py.errors import MasterUnavailableError
+from mooncake_py.types import ClientStatus, SegmentInfo
+
+log = logging.getLogger(__name__)
+
+PING_INTERVAL_S = 1.0
+RECONNECT_AFTER_FAILURES = 3
+
+
+class Heartbeat:
+    """Background pinger for one client.
+
+    Args:
+        master: the master client.
+        client_id: this client's id.
+        segments: returns the segments to remount.
+        interval_s: seconds between pings.
+    """
+
+    def __init__(
+        self,
+        master: MasterClient,
+        client_id: str,
+        segments: Callable[[], Sequence[SegmentInfo]],
+        interval_s: float = PING_INTERVAL_S,
+    ) -> None:
+        self._master = master
+        self._client_id = client_id
+        self._segments = segments
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._failures = 0
+        self.remounts = 0
+        self.master_reachable = True
+        self._thread = threading.Thread(target=self._run, name="mooncake-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Start pinging."""
+        self._thread.start()
+
+    def beat(self) -> None:
+        """One heartbeat: ping, and remount if the master asks. Never raises."""
+        try:
+            code, status, _ = self._master.ping(self._client_id)
+            if code == 0 and status == ClientStatus.NEED_REMOUNT:
+                code = self._master.remount_segments(self._client_id, self._segments())
+                self.remounts += 1
+                log.info("remounted segments (code %d)", code)
+        except MasterUnavailableError as exc:
+            self._failures += 1
+            self.master_reachable = False
+            log.debug("ping failed (%d in a row): %s", self._failures, exc)
+            if self._failures % RECONNECT_AFTER_FAILURES == 0:
+                self._master.reconnect()
+            return
+        self._failures = 0
+        self.master_reachable = True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.beat()
+
+    def stop(self) -> None:
+        """Stop pinging and wait for the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)

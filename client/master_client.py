@@ -1,0 +1,301 @@
+"""Typed client of the master's gRPC service.
+
+This is the only client module that imports generated protobuf code: it encodes typed
+arguments, calls the stub with a deadline, and decodes answers into the dataclasses of
+:mod:`mooncake_py.types`. Transport failures raise :class:`MasterUnavailableError` with
+RPC_FAIL or RPC_TIMEOUT; store-level outcomes come back as codes.
+
+Thread-safety: safe to share between threads (gRPC channels are).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from mooncake_py._proto import master_pb2 as pb
+from mooncake_py._proto import master_pb2_grpc as pb_grpc
+from mooncake_py.errors import ErrorCode, MasterUnavailableError
+from mooncake_py.types import (
+    ClientStatus,
+    PutStartResult,
+    ReplicaDescriptor,
+    ReplicaListResult,
+    ReplicaStatus,
+    ReplicateConfig,
+    SegmentInfo,
+)
+
+T = TypeVar("T")
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+def encode_config(config: ReplicateConfig) -> pb.ReplicateConfig:
+    """Typed ReplicateConfig to protobuf."""
+    message = pb.ReplicateConfig(
+        replica_num=config.replica_num,
+        with_hard_pin=config.with_hard_pin,
+        preferred_segments=list(config.preferred_segments),
+        preferred_segment=config.preferred_segment,
+        prefer_alloc_in_same_node=config.prefer_alloc_in_same_node,
+        data_type=int(config.data_type),
+        host_id=config.host_id,
+        group_ids=list(config.group_ids or ()),
+        soft_pin_action=int(config.soft_pin_action),
+    )
+    if config.soft_pin_ttl_ms is not None:
+        message.soft_pin_ttl_ms = config.soft_pin_ttl_ms
+    return message
+
+
+def encode_segment(segment: SegmentInfo) -> pb.Segment:
+    """SegmentInfo to protobuf."""
+    return pb.Segment(
+        id=segment.id,
+        name=segment.name,
+        base=segment.base,
+        size=segment.size,
+        te_endpoint=segment.te_endpoint,
+        protocol=segment.protocol,
+        host_id=segment.host_id,
+        shm_path=segment.shm_path,
+    )
+
+
+def decode_replica(message: pb.ReplicaDescriptor) -> ReplicaDescriptor:
+    """Protobuf replica descriptor to the typed form."""
+    return ReplicaDescriptor(
+        id=message.id,
+        status=ReplicaStatus(message.status),
+        segment_id=message.segment_id,
+        segment_name=message.segment_name,
+        offset=message.offset,
+        size=message.size,
+        te_endpoint=message.te_endpoint,
+        host_id=message.host_id,
+        shm_path=message.shm_path,
+    )
+
+
+def _decode_put_start(message: pb.PutStartResponse) -> PutStartResult:
+    return PutStartResult(message.code, tuple(decode_replica(r) for r in message.replicas))
+
+
+def _decode_replica_list(message: pb.GetReplicaListResponse) -> ReplicaListResult:
+    return ReplicaListResult(
+        message.code,
+        tuple(decode_replica(r) for r in message.replicas),
+        message.lease_ttl_ms,
+        message.size,
+    )
+
+
+class MasterClient:
+    """Calls the master at ``address`` (``host:port``).
+
+    Args:
+        address: the master's address.
+        timeout_s: deadline of every call.
+    """
+
+    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub: Any = None
+        self.reconnect()
+
+    def reconnect(self) -> None:
+        """Replace the channel (after repeated failures, or once the master restarted)."""
+        channel = grpc.insecure_channel(
+            self.address,
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.enable_retries", 1),
+            ],
+        )
+        with self._lock:
+            old, self._channel = self._channel, channel
+            self._stub = pb_grpc.MasterServiceStub(channel)  # type: ignore[no-untyped-call]
+        if old is not None:
+            old.close()
+
+    def close(self) -> None:
+        """Close the channel."""
+        with self._lock:
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+    def _call(self, method: str, request: Any) -> Any:
+        stub = self._stub
+        if stub is None:
+            raise MasterUnavailableError(ErrorCode.RPC_FAIL, "client is closed")
+        try:
+            return getattr(stub, method)(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            status = exc.code() if isinstance(exc, grpc.Call) else None
+            code = (
+                ErrorCode.RPC_TIMEOUT
+                if status == grpc.StatusCode.DEADLINE_EXCEEDED
+                else ErrorCode.RPC_FAIL
+            )
+            detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+            raise MasterUnavailableError(
+                code, f"{method} to {self.address}: {status} {detail}"
+            ) from exc
+
+    # -- segments and liveness -------------------------------------------------------------
+
+    def mount_segment(self, client_id: str, segment: SegmentInfo) -> int:
+        """MountSegment; returns a code."""
+        request = pb.MountSegmentRequest(client_id=client_id, segment=encode_segment(segment))
+        return int(self._call("MountSegment", request).code)
+
+    def remount_segments(self, client_id: str, segments: Sequence[SegmentInfo]) -> int:
+        """ReMountSegment; returns a code."""
+        request = pb.ReMountSegmentRequest(
+            client_id=client_id, segments=[encode_segment(s) for s in segments]
+        )
+        return int(self._call("ReMountSegment", request).code)
+
+    def unmount_segment(self, client_id: str, segment_id: str) -> int:
+        """UnmountSegment; returns a code."""
+        request = pb.UnmountSegmentRequest(client_id=client_id, segment_id=segment_id)
+        return int(self._call("UnmountSegment", request).code)
+
+    def ping(self, client_id: str) -> tuple[int, ClientStatus, int]:
+        """Ping; returns (code, client status, view version)."""
+        answer = self._call("Ping", pb.PingRequest(client_id=client_id))
+        return int(answer.code), ClientStatus(answer.client_status), int(answer.view_version)
+
+    def service_ready(self) -> str:
+        """ServiceReady; returns the master's version string."""
+        return str(self._call("ServiceReady", pb.ServiceReadyRequest()).version)
+
+    # -- write path ------------------------------------------------------------------------
+
+    def put_start(
+        self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
+    ) -> PutStartResult:
+        """PutStart for one key."""
+        request = pb.PutStartRequest(
+            client_id=client_id,
+            key=key,
+            value_length=size,
+            config=encode_config(config),
+            tenant_id=tenant,
+        )
+        return _decode_put_start(self._call("PutStart", request))
+
+    def batch_put_start(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        config: ReplicateConfig,
+    ) -> list[PutStartResult]:
+        """BatchPutStart: one result per key, in order."""
+        request = pb.BatchPutStartRequest(
+            client_id=client_id,
+            keys=keys,
+            value_lengths=sizes,
+            config=encode_config(config),
+            tenant_id=tenant,
+        )
+        return [_decode_put_start(r) for r in self._call("BatchPutStart", request).results]
+
+    def put_end(self, client_id: str, tenant: str, key: str) -> int:
+        """PutEnd for one key; returns a code."""
+        return int(
+            self._call("PutEnd", pb.KeyRequest(client_id=client_id, key=key, tenant_id=tenant)).code
+        )
+
+    def batch_put_end(self, client_id: str, tenant: str, keys: Sequence[str]) -> list[int]:
+        """BatchPutEnd: one code per key."""
+        return self._batch_codes("BatchPutEnd", client_id, tenant, keys)
+
+    def put_revoke(self, client_id: str, tenant: str, key: str) -> int:
+        """PutRevoke for one key; returns a code."""
+        return int(
+            self._call(
+                "PutRevoke", pb.KeyRequest(client_id=client_id, key=key, tenant_id=tenant)
+            ).code
+        )
+
+    def batch_put_revoke(self, client_id: str, tenant: str, keys: Sequence[str]) -> list[int]:
+        """BatchPutRevoke: one code per key."""
+        return self._batch_codes("BatchPutRevoke", client_id, tenant, keys)
+
+    def _batch_codes(
+        self, method: str, client_id: str, tenant: str, keys: Sequence[str]
+    ) -> list[int]:
+        request = pb.BatchKeysRequest(client_id=client_id, keys=keys, tenant_id=tenant)
+        return list(self._call(method, request).codes)
+
+    # -- read path -------------------------------------------------------------------------
+
+    def get_replica_list(self, tenant: str, key: str) -> ReplicaListResult:
+        """GetReplicaList for one key (grants a read lease)."""
+        return _decode_replica_list(
+            self._call("GetReplicaList", pb.KeyRequest(key=key, tenant_id=tenant))
+        )
+
+    def batch_get_replica_list(self, tenant: str, keys: Sequence[str]) -> list[ReplicaListResult]:
+        """BatchGetReplicaList: one result per key."""
+        answer = self._call("BatchGetReplicaList", pb.BatchKeysRequest(keys=keys, tenant_id=tenant))
+        return [_decode_replica_list(r) for r in answer.results]
+
+    def exist_key(self, tenant: str, key: str) -> int:
+        """ExistKey: 1, 0, or a negative code."""
+        answer = self._call("ExistKey", pb.KeyRequest(key=key, tenant_id=tenant))
+        return int(answer.code) if answer.code else int(answer.exists)
+
+    def batch_exist_key(self, tenant: str, keys: Sequence[str]) -> list[int]:
+        """BatchExistKey: per key 1, 0, or a negative code."""
+        return list(
+            self._call("BatchExistKey", pb.BatchKeysRequest(keys=keys, tenant_id=tenant)).results
+        )
+
+    # -- remove family ---------------------------------------------------------------------
+
+    def remove(self, tenant: str, key: str, force: bool) -> int:
+        """Remove; returns a code."""
+        return int(
+            self._call("Remove", pb.RemoveRequest(key=key, force=force, tenant_id=tenant)).code
+        )
+
+    def batch_remove(self, tenant: str, keys: Sequence[str], force: bool) -> list[int]:
+        """BatchRemove: one code per key."""
+        return list(
+            self._call(
+                "BatchRemove", pb.BatchRemoveRequest(keys=keys, force=force, tenant_id=tenant)
+            ).codes
+        )
+
+    def remove_by_regex(self, tenant: str, pattern: str, force: bool) -> int:
+        """RemoveByRegex: the count removed, or a negative code."""
+        answer = self._call(
+            "RemoveByRegex", pb.RemoveByRegexRequest(pattern=pattern, force=force, tenant_id=tenant)
+        )
+        return int(answer.code) if answer.code else int(answer.count)
+
+    def remove_all(self, tenant: str, force: bool) -> int:
+        """RemoveAll: the count removed."""
+        answer = self._call("RemoveAll", pb.RemoveAllRequest(force=force, tenant_id=tenant))
+        return int(answer.code) if answer.code else int(answer.count)
+
+
+def with_master(call: Callable[[], T], on_error: Callable[[MasterUnavailableError], T]) -> T:
+    """Run ``call``; map a master transport failure through ``on_error``."""
+    try:
+        return call()
+    except MasterUnavailableError as exc:
+        return on_error(exc)

@@ -1,0 +1,221 @@
+"""Best-fit offset allocator for a single contiguous memory segment."""
+
+from __future__ import annotations
+
+from sortedcontainers import SortedDict, SortedList
+
+
+class OffsetAllocator:
+    """Hands out aligned byte ranges inside one segment of ``capacity`` bytes.
+
+    Free space is indexed twice: a ``SortedList`` of ``(length, offset)`` answers
+    best-fit queries, and a ``SortedDict`` of ``offset -> length`` finds neighbours
+    so freed ranges coalesce immediately. Every free range starts and ends on an
+    alignment boundary.
+
+    Only the aligned-down prefix ``[0, usable_capacity)`` is managed. When
+    ``capacity`` is not a multiple of ``alignment`` the trailing
+    ``capacity - usable_capacity`` bytes could never hold an aligned allocation, so
+    they are excluded: they count toward neither ``used_bytes`` nor ``free_bytes``.
+
+    Not thread-safe: callers must serialize access to an instance.
+
+    Args:
+        capacity: Size of the segment in bytes.
+        alignment: Granularity of offsets and sizes; must be a power of two.
+
+    Raises:
+        ValueError: If ``capacity <= 0`` or ``alignment`` is not a power of two.
+    """
+
+    def __init__(self, capacity: int, alignment: int = 64) -> None:
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ValueError(f"alignment must be a power of two, got {alignment}")
+        self._capacity = capacity
+        self._alignment = alignment
+        self._usable = capacity & ~(alignment - 1)
+        self._free_by_size: SortedList = SortedList()
+        self._free_by_offset: SortedDict = SortedDict()
+        self._allocations: dict[int, int] = {}
+        self._used = 0
+        if self._usable:
+            self._insert_free(0, self._usable)
+
+    @property
+    def capacity(self) -> int:
+        """Segment size in bytes, as passed to the constructor."""
+        return self._capacity
+
+    @property
+    def alignment(self) -> int:
+        """Offset and size granularity in bytes."""
+        return self._alignment
+
+    @property
+    def usable_capacity(self) -> int:
+        """``capacity`` rounded down to ``alignment``; the allocatable extent."""
+        return self._usable
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes held by live allocations (rounded sizes)."""
+        return self._used
+
+    @property
+    def free_bytes(self) -> int:
+        """Allocatable bytes not currently in use (excludes the unaligned tail)."""
+        return self._usable - self._used
+
+    @property
+    def largest_free_block(self) -> int:
+        """Length of the largest contiguous free range, 0 if none. O(1)."""
+        return self._free_by_size[-1][0] if self._free_by_size else 0
+
+    @property
+    def allocation_count(self) -> int:
+        """Number of live allocations."""
+        return len(self._allocations)
+
+    def allocate(self, size: int) -> int | None:
+        """Reserves ``size`` bytes, rounded up to the alignment.
+
+        Picks the smallest free range that fits, preferring the lowest offset among
+        equally sized ranges, and carves the allocation from its start.
+        O(log n) in the number of free ranges.
+
+        Args:
+            size: Requested number of bytes.
+
+        Returns:
+            The offset of the allocation, or None if no free range is large enough.
+
+        Raises:
+            ValueError: If ``size <= 0``.
+        """
+        if size <= 0:
+            raise ValueError(f"size must be positive, got {size}")
+        rounded = self._round_up(size)
+        # (rounded, -1) sorts before every real (rounded, offset) entry.
+        idx = self._free_by_size.bisect_left((rounded, -1))
+        if idx == len(self._free_by_size):
+            return None
+        length, offset = self._free_by_size[idx]
+        self._remove_free(offset, length)
+        if length > rounded:
+            self._insert_free(offset + rounded, length - rounded)
+        self._allocations[offset] = rounded
+        self._used += rounded
+        return offset
+
+    def free(self, offset: int) -> int:
+        """Releases the allocation starting at ``offset``.
+
+        The released range is merged with any adjacent free ranges.
+        O(log n) in the number of free ranges.
+
+        Args:
+            offset: Offset previously returned by :meth:`allocate`.
+
+        Returns:
+            The number of bytes released (the rounded allocation size).
+
+        Raises:
+            KeyError: If no live allocation starts at ``offset``.
+        """
+        size = self._allocations.pop(offset, None)
+        if size is None:
+            raise KeyError(f"no allocation at offset {offset}")
+        self._used -= size
+        start, end = offset, offset + size
+        idx = self._free_by_offset.bisect_left(offset)
+        if idx > 0:
+            prev_off, prev_len = self._free_by_offset.peekitem(idx - 1)
+            if prev_off + prev_len == start:
+                self._remove_free(prev_off, prev_len)
+                start = prev_off
+        nxt_len = self._free_by_offset.get(end)
+        if nxt_len is not None:
+            self._remove_free(end, nxt_len)
+            end += nxt_len
+        self._insert_free(start, end - start)
+        return size
+
+    def size_of(self, offset: int) -> int:
+        """Returns the rounded size of the allocation at ``offset``. O(1).
+
+        Args:
+            offset: Offset previously returned by :meth:`allocate`.
+
+        Returns:
+            The allocation size in bytes, a multiple of the alignment.
+
+        Raises:
+            KeyError: If no live allocation starts at ``offset``.
+        """
+        try:
+            return self._allocations[offset]
+        except KeyError:
+            raise KeyError(f"no allocation at offset {offset}") from None
+
+    def check(self) -> None:
+        """Verifies internal invariants. O(n) in ranges; intended for tests.
+
+        Raises:
+            AssertionError: If the free indexes disagree, ranges overlap, free ranges
+                are left uncoalesced, ranges are misaligned, the ranges do not tile
+                ``[0, usable_capacity)`` exactly, or ``used_bytes`` is stale.
+        """
+        align = self._alignment
+        if self._usable % align or not 0 <= self._capacity - self._usable < align:
+            raise AssertionError(f"usable {self._usable} is not capacity aligned down")
+        recount = sum(self._allocations.values())
+        if recount != self._used:
+            raise AssertionError(f"used_bytes {self._used} != recount {recount}")
+        if len(self._free_by_size) != len(self._free_by_offset):
+            raise AssertionError("free-by-size and free-by-offset sizes differ")
+        prev_entry: tuple[int, int] | None = None
+        for entry in self._free_by_size:
+            # Strictly increasing entries plus equal lengths make the mapping a bijection.
+            if entry == prev_entry or self._free_by_offset.get(entry[1]) != entry[0]:
+                raise AssertionError(f"free-by-size entry {entry} not in free-by-offset")
+            prev_entry = entry
+        for off, length in self._allocations.items():
+            if length <= 0 or off % align or length % align:
+                raise AssertionError(f"bad allocation at {off} (length {length})")
+        # Walk [0, usable) in address order: free ranges come from the sorted index and
+        # each gap before a free range must be tiled exactly by a chain of allocations.
+        cursor = 0
+        visited = 0
+        prev_free_end = -1
+        stops: list[tuple[int, int | None]] = [*self._free_by_offset.items(), (self._usable, None)]
+        for free_off, free_len in stops:
+            while cursor < free_off:
+                size = self._allocations.get(cursor)
+                if size is None:
+                    raise AssertionError(f"offset {cursor} is neither free nor allocated")
+                cursor += size
+                visited += 1
+            if cursor > free_off:
+                raise AssertionError(f"range ending at {cursor} overlaps offset {free_off}")
+            if free_len is None:
+                break
+            if free_len <= 0 or free_off % align or free_len % align:
+                raise AssertionError(f"bad free range at {free_off} (length {free_len})")
+            if prev_free_end == free_off:
+                raise AssertionError(f"adjacent free ranges not coalesced at {free_off}")
+            cursor = prev_free_end = free_off + free_len
+        if visited != len(self._allocations):
+            raise AssertionError("some allocations overlap other ranges")
+
+    def _round_up(self, size: int) -> int:
+        return (size + self._alignment - 1) & ~(self._alignment - 1)
+
+    def _insert_free(self, offset: int, length: int) -> None:
+        self._free_by_offset[offset] = length
+        self._free_by_size.add((length, offset))
+
+    def _remove_free(self, offset: int, length: int) -> None:
+        del self._free_by_offset[offset]
+        self._free_by_size.remove((length, offset))

@@ -1,0 +1,64 @@
+"""Background timers. Each one only calls a synchronous step of the service with ``now``.
+
+The steps hold all the logic (and are what the tests exercise with a fake clock); a timer here
+adds nothing but the cadence and error logging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from mooncake_py.master.clock import monotonic_clock
+from mooncake_py.master.service import MasterService
+
+log = logging.getLogger(__name__)
+
+# Client TTL checks run every second, as upstream's client monitor does.
+REAP_INTERVAL_S = 1.0
+# Stuck writes are swept every second; each sweep stops at the first write still in time.
+SWEEP_INTERVAL_S = 1.0
+
+
+async def run_every(
+    interval_s: float, step: Callable[[float], object], clock: Callable[[], float]
+) -> None:
+    """Call ``step(clock())`` every ``interval_s`` seconds until cancelled; log step failures."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            step(clock())
+        except Exception:
+            log.exception("background step %s failed", getattr(step, "__name__", step))
+
+
+class BackgroundLoops:
+    """The master's timers, started and stopped together.
+
+    Args:
+        service: the service whose steps to run.
+        clock: the same clock the service uses.
+    """
+
+    def __init__(
+        self, service: MasterService, clock: Callable[[], float] = monotonic_clock
+    ) -> None:
+        self._service = service
+        self._clock = clock
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start every timer on the running event loop."""
+        steps = [
+            (REAP_INTERVAL_S, self._service.reap_expired_clients),
+            (SWEEP_INTERVAL_S, self._service.sweep_expired_puts),
+        ]
+        self._tasks = [asyncio.create_task(run_every(i, s, self._clock)) for i, s in steps]
+
+    async def stop(self) -> None:
+        """Cancel every timer and wait for them to finish."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []

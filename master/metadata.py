@@ -1,0 +1,208 @@
+"""Object metadata records and the object table.
+
+An object is the value stored under one (tenant, key). It owns one or more replicas, each a byte
+range in some mounted segment. The table keeps two secondary indexes that the background steps
+and segment removal need without scanning every object:
+
+- ``processing``: objects with a write in flight, in put-start order (oldest first);
+- ``by_segment``: for each segment, the objects that have a replica in it.
+
+Thread-safety: none. The master service serializes every call under its lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+from mooncake_py.types import ReplicaStatus, SoftPinAction
+
+ObjectId = tuple[str, str]
+"""(tenant, key): the identity of an object."""
+
+
+@dataclasses.dataclass(slots=True)
+class Replica:
+    """One copy of an object's bytes: ``size`` bytes at ``offset`` inside ``segment_id``."""
+
+    id: int
+    segment_id: str
+    offset: int
+    size: int
+    status: ReplicaStatus
+
+
+@dataclasses.dataclass(slots=True)
+class PendingSoftPin:
+    """A soft-pin request admitted at put start, applied when the write completes."""
+
+    action: SoftPinAction
+    ttl_ms: int
+
+
+@dataclasses.dataclass(slots=True)
+class ObjectMetadata:
+    """Everything the master knows about one object.
+
+    Times are seconds on the service clock. ``lease_timeout`` is the read lease: the object may
+    not be removed (without force) or evicted before it. ``soft_pin_deadline`` is the committed
+    TTL soft pin (0 means none); ``hard_pinned`` objects are never evicted.
+    """
+
+    tenant: str
+    key: str
+    size: int
+    client_id: str
+    put_start_time: float
+    replicas: list[Replica]
+    data_type: int = 0
+    lease_timeout: float = 0.0
+    hard_pinned: bool = False
+    soft_pin_deadline: float = 0.0
+    pending_soft_pin: PendingSoftPin | None = None
+    group_id: str = ""
+
+    @property
+    def object_id(self) -> ObjectId:
+        """The (tenant, key) pair identifying this object."""
+        return (self.tenant, self.key)
+
+    def complete_replicas(self) -> list[Replica]:
+        """Replicas that hold the whole value and may be read."""
+        return [r for r in self.replicas if r.status == ReplicaStatus.COMPLETE]
+
+    def processing_replicas(self) -> list[Replica]:
+        """Replicas whose write has started and not yet ended."""
+        return [r for r in self.replicas if r.status == ReplicaStatus.PROCESSING]
+
+    def is_readable(self) -> bool:
+        """True when at least one replica is COMPLETE."""
+        return any(r.status == ReplicaStatus.COMPLETE for r in self.replicas)
+
+    def is_writing(self) -> bool:
+        """True when a write to some replica is in flight."""
+        return any(r.status == ReplicaStatus.PROCESSING for r in self.replicas)
+
+    def grant_lease(self, now: float, ttl_s: float) -> None:
+        """Extend the read lease to at least ``now + ttl_s``; never shortens it."""
+        self.lease_timeout = max(self.lease_timeout, now + ttl_s)
+
+    def has_live_lease(self, now: float) -> bool:
+        """True while a read lease protects the object."""
+        return now < self.lease_timeout
+
+
+class ObjectTable:
+    """All objects, keyed by (tenant, key), plus the indexes described in the module docstring.
+
+    Every mutation of an object's replica list goes through this class so the indexes stay
+    exact; :meth:`check` verifies them against a recount.
+    """
+
+    def __init__(self) -> None:
+        self._objects: dict[ObjectId, ObjectMetadata] = {}
+        # Insertion order is put-start order: re-puts delete and reinsert, so the oldest
+        # in-flight write is always first.
+        self._processing: dict[ObjectId, float] = {}
+        self._by_segment: dict[str, dict[ObjectId, None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def get(self, object_id: ObjectId) -> ObjectMetadata | None:
+        """Return the object or None. O(1)."""
+        return self._objects.get(object_id)
+
+    def items_of_tenant(self, tenant: str) -> list[ObjectMetadata]:
+        """Snapshot of the objects in ``tenant``. O(total objects)."""
+        return [m for (t, _), m in self._objects.items() if t == tenant]
+
+    def __iter__(self) -> Iterator[ObjectMetadata]:
+        return iter(list(self._objects.values()))
+
+    def insert(self, meta: ObjectMetadata) -> None:
+        """Add a new object. Raises KeyError when the id is already present."""
+        oid = meta.object_id
+        if oid in self._objects:
+            raise KeyError(f"object {oid!r} already exists")
+        self._objects[oid] = meta
+        for replica in meta.replicas:
+            self._by_segment.setdefault(replica.segment_id, {})[oid] = None
+        self._refresh_processing(meta)
+
+    def erase(self, object_id: ObjectId) -> ObjectMetadata | None:
+        """Remove an object and its index entries; returns it (or None if absent)."""
+        meta = self._objects.pop(object_id, None)
+        if meta is None:
+            return None
+        self._processing.pop(object_id, None)
+        for replica in meta.replicas:
+            self._unindex_segment(replica.segment_id, object_id)
+        return meta
+
+    def drop_replicas(self, meta: ObjectMetadata, doomed: list[Replica]) -> None:
+        """Remove ``doomed`` replicas from ``meta`` (the caller frees their memory)."""
+        doomed_ids = {r.id for r in doomed}
+        meta.replicas = [r for r in meta.replicas if r.id not in doomed_ids]
+        kept_segments = {r.segment_id for r in meta.replicas}
+        for replica in doomed:
+            if replica.segment_id not in kept_segments:
+                self._unindex_segment(replica.segment_id, meta.object_id)
+        self._refresh_processing(meta)
+
+    def mark_complete(self, meta: ObjectMetadata) -> None:
+        """Flip every PROCESSING replica of ``meta`` to COMPLETE."""
+        for replica in meta.replicas:
+            if replica.status == ReplicaStatus.PROCESSING:
+                replica.status = ReplicaStatus.COMPLETE
+        self._refresh_processing(meta)
+
+    def objects_on_segment(self, segment_id: str) -> list[ObjectId]:
+        """Ids of objects with a replica in ``segment_id``. O(result)."""
+        return list(self._by_segment.get(segment_id, ()))
+
+    def oldest_processing(self) -> Iterator[tuple[ObjectId, float]]:
+        """In-flight writes, oldest put start first. Safe to mutate the table while iterating."""
+        return iter(list(self._processing.items()))
+
+    def _refresh_processing(self, meta: ObjectMetadata) -> None:
+        oid = meta.object_id
+        if meta.is_writing():
+            if oid not in self._processing:
+                self._processing[oid] = meta.put_start_time
+        else:
+            self._processing.pop(oid, None)
+
+    def _unindex_segment(self, segment_id: str, object_id: ObjectId) -> None:
+        holders = self._by_segment.get(segment_id)
+        if holders is None:
+            return
+        holders.pop(object_id, None)
+        if not holders:
+            del self._by_segment[segment_id]
+
+    def check(self) -> None:
+        """Verify the indexes against a recount. O(objects + replicas).
+
+        Raises:
+            AssertionError: an index disagrees with the objects, or an object is malformed.
+        """
+        expected_segments: dict[str, set[ObjectId]] = {}
+        expected_processing: set[ObjectId] = set()
+        for oid, meta in self._objects.items():
+            if meta.object_id != oid:
+                raise AssertionError(f"object stored under {oid!r} says {meta.object_id!r}")
+            if not meta.replicas:
+                raise AssertionError(f"object {oid!r} has no replica")
+            segments = [r.segment_id for r in meta.replicas]
+            if len(set(segments)) != len(segments):
+                raise AssertionError(f"object {oid!r} has two replicas in one segment")
+            for replica in meta.replicas:
+                expected_segments.setdefault(replica.segment_id, set()).add(oid)
+            if meta.is_writing():
+                expected_processing.add(oid)
+        actual_segments = {s: set(v) for s, v in self._by_segment.items()}
+        if actual_segments != expected_segments:
+            raise AssertionError("segment index disagrees with replicas")
+        if set(self._processing) != expected_processing:
+            raise AssertionError("processing index disagrees with replica states")

@@ -1,0 +1,91 @@
+"""The master process's server: the gRPC endpoint plus the background timers."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from mooncake_py.master.background import BackgroundLoops
+from mooncake_py.master.clock import monotonic_clock
+from mooncake_py.master.config import MasterConfig
+from mooncake_py.master.service import MasterService
+from mooncake_py.master.servicer import add_to_server
+
+log = logging.getLogger(__name__)
+
+
+class MasterServer:
+    """A running master: service state, gRPC server and timers, on the current event loop.
+
+    Args:
+        config: validated configuration (``port`` 0 picks a free port).
+        clock: time source shared by the service and the timers.
+        background: run the timers (tests that drive steps by hand turn them off).
+
+    Attributes:
+        service: the :class:`MasterService` behind the endpoint.
+        port: the bound port, known after :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        config: MasterConfig,
+        clock: Callable[[], float] = monotonic_clock,
+        background: bool = True,
+    ) -> None:
+        self.config = config
+        self.service = MasterService(config, clock=clock, view_version=time.time_ns() // 1_000_000)
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+        self._loops = BackgroundLoops(self.service, clock) if background else None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` clients should dial."""
+        host = self.config.rpc_address
+        if host in ("0.0.0.0", "", "::"):
+            host = "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    async def start(self) -> int:
+        """Bind and start serving; returns the bound port.
+
+        Raises:
+            RuntimeError: the address could not be bound.
+        """
+        limit = self.config.max_message_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        add_to_server(self.service, server)
+        bind = f"{self.config.rpc_address}:{self.config.port}"
+        try:
+            self.port = server.add_insecure_port(bind)
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot listen on {bind}: {exc}") from exc
+        await server.start()
+        self._server = server
+        if self._loops is not None:
+            self._loops.start()
+        log.info("master listening on %s:%d", self.config.rpc_address, self.port)
+        return self.port
+
+    async def stop(self, grace_s: float | None = 0.5) -> None:
+        """Stop the timers and the server."""
+        if self._loops is not None:
+            await self._loops.stop()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+
+    async def wait_for_termination(self) -> None:
+        """Block until the server stops."""
+        if self._server is not None:
+            await self._server.wait_for_termination()

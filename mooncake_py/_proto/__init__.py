@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code. Never edit by hand: run ``make proto``."""

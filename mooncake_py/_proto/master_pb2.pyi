@@ -1,0 +1,285 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ReplicateConfig(_message.Message):
+    __slots__ = ("replica_num", "with_hard_pin", "preferred_segments", "preferred_segment", "prefer_alloc_in_same_node", "data_type", "host_id", "group_ids", "soft_pin_action", "soft_pin_ttl_ms")
+    REPLICA_NUM_FIELD_NUMBER: _ClassVar[int]
+    WITH_HARD_PIN_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    PREFER_ALLOC_IN_SAME_NODE_FIELD_NUMBER: _ClassVar[int]
+    DATA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    SOFT_PIN_ACTION_FIELD_NUMBER: _ClassVar[int]
+    SOFT_PIN_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    replica_num: int
+    with_hard_pin: bool
+    preferred_segments: _containers.RepeatedScalarFieldContainer[str]
+    preferred_segment: str
+    prefer_alloc_in_same_node: bool
+    data_type: int
+    host_id: str
+    group_ids: _containers.RepeatedScalarFieldContainer[str]
+    soft_pin_action: int
+    soft_pin_ttl_ms: int
+    def __init__(self, replica_num: _Optional[int] = ..., with_hard_pin: _Optional[bool] = ..., preferred_segments: _Optional[_Iterable[str]] = ..., preferred_segment: _Optional[str] = ..., prefer_alloc_in_same_node: _Optional[bool] = ..., data_type: _Optional[int] = ..., host_id: _Optional[str] = ..., group_ids: _Optional[_Iterable[str]] = ..., soft_pin_action: _Optional[int] = ..., soft_pin_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class Segment(_message.Message):
+    __slots__ = ("id", "name", "base", "size", "te_endpoint", "protocol", "host_id", "shm_path")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    TE_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    SHM_PATH_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    base: int
+    size: int
+    te_endpoint: str
+    protocol: str
+    host_id: str
+    shm_path: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., base: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., protocol: _Optional[str] = ..., host_id: _Optional[str] = ..., shm_path: _Optional[str] = ...) -> None: ...
+
+class ReplicaDescriptor(_message.Message):
+    __slots__ = ("id", "status", "segment_id", "segment_name", "offset", "size", "te_endpoint", "host_id", "shm_path")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    TE_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    SHM_PATH_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    status: int
+    segment_id: str
+    segment_name: str
+    offset: int
+    size: int
+    te_endpoint: str
+    host_id: str
+    shm_path: str
+    def __init__(self, id: _Optional[int] = ..., status: _Optional[int] = ..., segment_id: _Optional[str] = ..., segment_name: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., host_id: _Optional[str] = ..., shm_path: _Optional[str] = ...) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("code",)
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    def __init__(self, code: _Optional[int] = ...) -> None: ...
+
+class BatchStatusResponse(_message.Message):
+    __slots__ = ("codes",)
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    codes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, codes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CountResponse(_message.Message):
+    __slots__ = ("code", "count")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    count: int
+    def __init__(self, code: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class KeyRequest(_message.Message):
+    __slots__ = ("client_id", "key", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    key: str
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class BatchKeysRequest(_message.Message):
+    __slots__ = ("client_id", "keys", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class MountSegmentRequest(_message.Message):
+    __slots__ = ("client_id", "segment")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    segment: Segment
+    def __init__(self, client_id: _Optional[str] = ..., segment: _Optional[_Union[Segment, _Mapping]] = ...) -> None: ...
+
+class ReMountSegmentRequest(_message.Message):
+    __slots__ = ("client_id", "segments")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    segments: _containers.RepeatedCompositeFieldContainer[Segment]
+    def __init__(self, client_id: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ...) -> None: ...
+
+class UnmountSegmentRequest(_message.Message):
+    __slots__ = ("client_id", "segment_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    segment_id: str
+    def __init__(self, client_id: _Optional[str] = ..., segment_id: _Optional[str] = ...) -> None: ...
+
+class PingRequest(_message.Message):
+    __slots__ = ("client_id",)
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    def __init__(self, client_id: _Optional[str] = ...) -> None: ...
+
+class PingResponse(_message.Message):
+    __slots__ = ("code", "view_version", "client_status")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    VIEW_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_STATUS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    view_version: int
+    client_status: int
+    def __init__(self, code: _Optional[int] = ..., view_version: _Optional[int] = ..., client_status: _Optional[int] = ...) -> None: ...
+
+class ServiceReadyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ServiceReadyResponse(_message.Message):
+    __slots__ = ("code", "version")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    version: str
+    def __init__(self, code: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+
+class PutStartRequest(_message.Message):
+    __slots__ = ("client_id", "key", "value_length", "config", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    key: str
+    value_length: int
+    config: ReplicateConfig
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., value_length: _Optional[int] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class PutStartResponse(_message.Message):
+    __slots__ = ("code", "replicas")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaDescriptor]
+    def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ...) -> None: ...
+
+class BatchPutStartRequest(_message.Message):
+    __slots__ = ("client_id", "keys", "value_lengths", "config", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    value_lengths: _containers.RepeatedScalarFieldContainer[int]
+    config: ReplicateConfig
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., value_lengths: _Optional[_Iterable[int]] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class BatchPutStartResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[PutStartResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[PutStartResponse, _Mapping]]] = ...) -> None: ...
+
+class GetReplicaListResponse(_message.Message):
+    __slots__ = ("code", "replicas", "lease_ttl_ms", "size")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaDescriptor]
+    lease_ttl_ms: int
+    size: int
+    def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ..., lease_ttl_ms: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
+class BatchGetReplicaListResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[GetReplicaListResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[GetReplicaListResponse, _Mapping]]] = ...) -> None: ...
+
+class ExistKeyResponse(_message.Message):
+    __slots__ = ("code", "exists")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    exists: bool
+    def __init__(self, code: _Optional[int] = ..., exists: _Optional[bool] = ...) -> None: ...
+
+class BatchExistKeyResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, results: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RemoveRequest(_message.Message):
+    __slots__ = ("client_id", "key", "force", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    key: str
+    force: bool
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., force: _Optional[bool] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class BatchRemoveRequest(_message.Message):
+    __slots__ = ("client_id", "keys", "force", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    force: bool
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., force: _Optional[bool] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class RemoveByRegexRequest(_message.Message):
+    __slots__ = ("client_id", "pattern", "force", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    pattern: str
+    force: bool
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., pattern: _Optional[str] = ..., force: _Optional[bool] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class RemoveAllRequest(_message.Message):
+    __slots__ = ("client_id", "force", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    force: bool
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., force: _Optional[bool] = ..., tenant_id: _Optional[str] = ...) -> None: ...

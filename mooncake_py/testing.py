@@ -1,0 +1,143 @@
+"""Start real masters for tests and examples: in this process (port 0) or as a subprocess.
+
+``InProcessMaster`` runs a :class:`MasterServer` on its own event loop in a background thread,
+so synchronous test code and clients in the same process can use it. ``MasterProcess`` runs
+``python -m mooncake_py.master`` and reads the chosen port from its first line of output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from mooncake_py.master.clock import monotonic_clock
+from mooncake_py.master.config import MasterConfig
+from mooncake_py.master.server import MasterServer
+from mooncake_py.master.service import MasterService
+
+
+class InProcessMaster:
+    """A real gRPC master on 127.0.0.1, in a background thread of this process.
+
+    Args:
+        clock: time source (pass a ``FakeClock`` to drive leases and timeouts by hand).
+        background: run the reaper and sweeper timers.
+        **overrides: :class:`MasterConfig` fields (``port`` defaults to 0).
+
+    Attributes:
+        address: ``127.0.0.1:<port>`` once started.
+        service: the :class:`MasterService` behind it (call its steps and ``check()``).
+    """
+
+    def __init__(
+        self, clock: Callable[[], float] = monotonic_clock, background: bool = True, **overrides: Any
+    ) -> None:
+        overrides.setdefault("port", 0)
+        overrides.setdefault("rpc_address", "127.0.0.1")
+        self.config = MasterConfig(**overrides)
+        self._server = MasterServer(self.config, clock=clock, background=background)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mooncake-master", daemon=True)
+        self.address = ""
+
+    @property
+    def service(self) -> MasterService:
+        """The service state of this master."""
+        return self._server.service
+
+    def start(self) -> InProcessMaster:
+        """Start serving; returns self."""
+        self._thread.start()
+        future: Future[int] = asyncio.run_coroutine_threadsafe(self._server.start(), self._loop)
+        port = future.result(timeout=30)
+        self.address = f"127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and end the background thread."""
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(self._server.stop(0), self._loop).result(timeout=30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._loop.close()
+
+    def __enter__(self) -> InProcessMaster:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class MasterProcess:
+    """A master in a child process, listening on 127.0.0.1 on a free port.
+
+    Args:
+        args: extra command-line flags for the master.
+        env: extra environment variables.
+    """
+
+    def __init__(self, args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+        self._args = ["--port", "0", "--rpc_address", "127.0.0.1", *args]
+        self._env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[str] | None = None
+        self.address = ""
+
+    def start(self, timeout_s: float = 30.0) -> MasterProcess:
+        """Launch and wait for the "listening on" line; returns self.
+
+        Raises:
+            RuntimeError: the master exited or did not report its port in time.
+        """
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mooncake_py.master", *self._args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self._env,
+        )
+        line = _readline_with_timeout(self.process, timeout_s)
+        if "listening on" not in line:
+            self.stop()
+            raise RuntimeError(f"master did not start: {line!r}")
+        self.address = "127.0.0.1:" + line.rsplit(":", 1)[1].strip()
+        return self
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        assert self.process is not None
+        return self.process.pid
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        """Signal the child and wait for it; returns its exit status."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def __enter__(self) -> MasterProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _readline_with_timeout(process: subprocess.Popen[str], timeout_s: float) -> str:
+    result: list[str] = []
+    reader = threading.Thread(target=lambda: result.append(process.stdout.readline() if process.stdout else ""))
+    reader.daemon = True
+    reader.start()
+    reader.join(timeout_s)
+    return result[0] if result else ""

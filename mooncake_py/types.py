@@ -1,0 +1,137 @@
+"""Plain data types shared by the master and the client.
+
+These are the typed forms of the protobuf messages; conversion happens only in the master's
+servicer and the client's master-client module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class SoftPinAction(enum.IntEnum):
+    """What a write does to the object's TTL soft pin (upstream ``SoftPinAction``)."""
+
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+class ObjectDataType(enum.IntEnum):
+    """What an object holds (upstream ``ObjectDataType``)."""
+
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
+class ReplicaStatus(enum.IntEnum):
+    """Life cycle of one replica (upstream ``ReplicaStatus``)."""
+
+    UNDEFINED = 0
+    INITIALIZED = 1
+    PROCESSING = 2
+    COMPLETE = 3
+    REMOVED = 4
+    FAILED = 5
+
+
+class ClientStatus(enum.IntEnum):
+    """A client's standing with the master, reported by Ping."""
+
+    UNDEFINED = 0
+    OK = 1
+    NEED_REMOUNT = 2
+
+
+@dataclasses.dataclass
+class ReplicateConfig:
+    """Per-write placement and retention options, as upstream's ``ReplicateConfig``.
+
+    Attributes are plain and mutable so that code written for upstream
+    (``cfg = ReplicateConfig(); cfg.replica_num = 2``) works unchanged.
+    """
+
+    replica_num: int = 1
+    with_hard_pin: bool = False
+    preferred_segments: list[str] = dataclasses.field(default_factory=list)
+    preferred_segment: str = ""
+    prefer_alloc_in_same_node: bool = False
+    data_type: ObjectDataType = ObjectDataType.UNKNOWN
+    host_id: str = ""
+    group_ids: list[str] | None = None
+    soft_pin_action: SoftPinAction = SoftPinAction.PRESERVE
+    soft_pin_ttl_ms: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentInfo:
+    """A memory segment that a client contributes to the store.
+
+    Attributes:
+        id: unique segment id (a UUID string).
+        name: the owning client's hostname; several segments may share it.
+        base: address of the segment in the owner's process; never 0.
+        size: bytes.
+        te_endpoint: ``host:port`` of the owner's TCP transfer service.
+        protocol: transport name advertised by the owner (``tcp``).
+        host_id: identifies the machine; equal ids mean a shared ``/dev/shm``.
+        shm_path: shared-memory file backing the segment.
+    """
+
+    id: str
+    name: str
+    base: int
+    size: int
+    te_endpoint: str
+    protocol: str = "tcp"
+    host_id: str = ""
+    shm_path: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaDescriptor:
+    """Where one replica's bytes live: ``size`` bytes at ``offset`` in segment ``segment_id``."""
+
+    id: int
+    status: ReplicaStatus
+    segment_id: str
+    segment_name: str
+    offset: int
+    size: int
+    te_endpoint: str
+    host_id: str
+    shm_path: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PutStartResult:
+    """Outcome of PutStart for one key: a code and, on success, where to write."""
+
+    code: int
+    replicas: tuple[ReplicaDescriptor, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaListResult:
+    """Outcome of GetReplicaList for one key.
+
+    Attributes:
+        code: 0 or a negative error code.
+        replicas: readable replicas (on success).
+        lease_ttl_ms: the read lease granted; a transfer that outlives it must be discarded.
+        size: the object's size in bytes.
+    """
+
+    code: int
+    replicas: tuple[ReplicaDescriptor, ...] = ()
+    lease_ttl_ms: int = 0
+    size: int = 0
