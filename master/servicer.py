@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from mooncake_py._proto import master_pb2 as pb
 from mooncake_py._proto import master_pb2_grpc as pb_grpc
@@ -299,10 +300,55 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         return pb.CountResponse(code=0, count=count)
 
 
+class _Undecodable:
+    """Stands in for a request whose bytes do not parse, so the handler can reject it cleanly."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _lenient_parser(message_type: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except DecodeError as exc:
+            return _Undecodable(str(exc))
+
+    return parse
+
+
+def _rejecting_undecodable(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, _Undecodable):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"undecodable request: {request.error}"
+            )
+        return await handler(request, context)
+
+    return checked
+
+
 def add_to_server(service: MasterService, server: grpc.aio.Server) -> MasterServicer:
-    """Register a servicer for ``service`` on ``server``; returns it."""
+    """Register a servicer for ``service`` on ``server``; returns it.
+
+    Requests that fail to parse (bad wire bytes, invalid UTF-8 in a string field) are answered
+    with gRPC INVALID_ARGUMENT naming the parse error, instead of the generic UNKNOWN.
+    """
     servicer = MasterServicer(service)
-    pb_grpc.add_MasterServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    descriptor = pb.DESCRIPTOR.services_by_name["MasterService"]
+    handlers = {
+        method.name: grpc.unary_unary_rpc_method_handler(
+            _rejecting_undecodable(getattr(servicer, method.name)),
+            request_deserializer=_lenient_parser(getattr(pb, method.input_type.name)),
+            response_serializer=getattr(pb, method.output_type.name).SerializeToString,
+        )
+        for method in descriptor.methods
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(descriptor.full_name, handlers),)
+    )
     return servicer
 
 

@@ -37,14 +37,19 @@ class InProcessMaster:
     """
 
     def __init__(
-        self, clock: Callable[[], float] = monotonic_clock, background: bool = True, **overrides: Any
+        self,
+        clock: Callable[[], float] = monotonic_clock,
+        background: bool = True,
+        **overrides: Any,
     ) -> None:
         overrides.setdefault("port", 0)
         overrides.setdefault("rpc_address", "127.0.0.1")
         self.config = MasterConfig(**overrides)
         self._server = MasterServer(self.config, clock=clock, background=background)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="mooncake-master", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="mooncake-master", daemon=True
+        )
         self.address = ""
 
     @property
@@ -136,7 +141,9 @@ class MasterProcess:
 
 def _readline_with_timeout(process: subprocess.Popen[str], timeout_s: float) -> str:
     result: list[str] = []
-    reader = threading.Thread(target=lambda: result.append(process.stdout.readline() if process.stdout else ""))
+    reader = threading.Thread(
+        target=lambda: result.append(process.stdout.readline() if process.stdout else "")
+    )
     reader.daemon = True
     reader.start()
     reader.join(timeout_s)

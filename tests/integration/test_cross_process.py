@@ -1,0 +1,101 @@
+"""Bytes written by one client process are read by another: shared memory and forced TCP."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mooncake_py.testing import InProcessMaster, MasterProcess
+from tests.conftest import ClientProcess, client_config
+
+SEGMENT = 64 << 20
+
+
+@pytest.mark.parametrize("force_tcp", ["0", "1"], ids=["shm", "tcp"])
+def test_put_in_one_process_get_in_another(
+    master_process: MasterProcess, client_processes: list[ClientProcess], force_tcp: str
+) -> None:
+    env = {"MOONCAKE_PY_FORCE_TCP": force_tcp}
+    owner, reader = ClientProcess(env), ClientProcess(env)
+    client_processes += [owner, reader]
+    assert owner.call("setup", config=client_config(master_process.address, SEGMENT)) == 0
+    assert reader.call("setup", config=client_config(master_process.address, 0)) == 0
+
+    sizes = {"small": 1, "page": 4096 + 3, "mib": 1 << 20, "big": 5 << 20}
+    for name, size in sizes.items():
+        assert owner.call("put", key=name, size=size) == 0
+    for name, size in sizes.items():
+        expected = owner.call("expected_digest", key=name, size=size)
+        assert reader.call("get_digest", key=name) == expected, name
+
+    # Zero-copy both ways: the reader (no segment) writes into the owner's segment.
+    keys = [f"zc-{i}" for i in range(8)]
+    assert reader.call("put_from", keys=keys, size=256 << 10) == [0] * 8
+    expected = [reader.call("expected_digest", key=k, size=256 << 10) for k in keys]
+    assert owner.call("get_into_digests", keys=keys, size=256 << 10) == expected
+    assert reader.call("get_into_digests", keys=keys, size=256 << 10) == expected
+    assert reader.call("get_into_digests", keys=["absent"], size=16) == [-704]
+
+
+def test_two_replicas_survive_kill_of_one_owner(client_processes: list[ClientProcess]) -> None:
+    with InProcessMaster(client_ttl=1.0) as master:
+        first, second, reader = (
+            ClientProcess(),
+            ClientProcess(),
+            ClientProcess({"MOONCAKE_PY_FORCE_TCP": "1"}),
+        )
+        client_processes += [first, second, reader]
+        for client, size in ((first, SEGMENT), (second, SEGMENT), (reader, 0)):
+            assert client.call("setup", config=client_config(master.address, size)) == 0
+        keys = [f"r2-{i}" for i in range(6)]
+        assert reader.call("put_from", keys=keys, size=300_000, replica_num=2) == [0] * 6
+        for key in keys:
+            replicas = master.service.object_of("default", key).replicas  # type: ignore[union-attr]
+            assert len({r.segment_id for r in replicas}) == 2
+        expected = [reader.call("expected_digest", key=k, size=300_000) for k in keys]
+
+        second.kill()
+        # Before the master notices: the reader falls back from the dead peer to the live one.
+        assert reader.call("get_into_digests", keys=keys, size=300_000) == expected
+        _wait_until(lambda: master.service.stats()["segments"] == 1, timeout_s=10)
+        for key in keys:
+            assert len(master.service.object_of("default", key).replicas) == 1  # type: ignore[union-attr]
+        assert reader.call("get_into_digests", keys=keys, size=300_000) == expected
+        master.service.check()
+
+
+def test_client_death_drops_its_segment_and_objects(client_processes: list[ClientProcess]) -> None:
+    with InProcessMaster(client_ttl=1.0) as master:
+        doomed, survivor = ClientProcess(), ClientProcess()
+        client_processes += [doomed, survivor]
+        assert doomed.call("setup", config=client_config(master.address, 8 << 20)) == 0
+        assert survivor.call("setup", config=client_config(master.address, 0)) == 0
+        keys = [f"d-{i}" for i in range(7)]
+        assert survivor.call("put_from", keys=keys, size=1 << 20) == [0] * 7
+        assert master.service.stats()["allocated_bytes"] >= 7 << 20
+
+        killed_at = time.monotonic()
+        doomed.kill()
+        _wait_until(lambda: master.service.stats()["segments"] == 0, timeout_s=10)
+        # Dropped within client_ttl plus the once-a-second reaper tick (and scheduling slack).
+        assert time.monotonic() - killed_at < 1.0 + 1.0 + 2.0
+        assert master.service.stats()["objects"] == 0
+        assert survivor.call("get_into_digests", keys=keys[:1], size=1 << 20) == [-704]
+
+        # A new owner gets the whole capacity: nothing of the dead client is still charged.
+        replacement = ClientProcess()
+        client_processes.append(replacement)
+        assert replacement.call("setup", config=client_config(master.address, 8 << 20)) == 0
+        again = [f"again-{i}" for i in range(7)]
+        assert survivor.call("put_from", keys=again, size=1 << 20) == [0] * 7
+        master.service.check()
+
+
+def _wait_until(condition, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")

@@ -1,0 +1,89 @@
+"""Packaging and code-generation rules: one import name, fresh generated code, full RPC surface."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from mooncake_py.client.master_client import MasterClient
+from mooncake_py.master.servicer import MasterServicer, service_descriptor_methods
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_symlinks_map_master_and_client_into_the_package() -> None:
+    for name in ("master", "client"):
+        link = ROOT / "mooncake_py" / name
+        assert link.is_symlink() and link.resolve() == (ROOT / name).resolve()
+
+
+def test_generated_protobuf_code_is_fresh() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mooncake_py._proto.generate", "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_only_the_boundary_modules_import_generated_code() -> None:
+    allowed = {ROOT / "master" / "servicer.py", ROOT / "client" / "master_client.py"}
+    offenders = []
+    for path in [
+        *ROOT.glob("master/*.py"),
+        *ROOT.glob("client/*.py"),
+        *ROOT.glob("mooncake_py/*.py"),
+    ]:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and "_proto" in node.module
+                and path not in allowed
+            ):
+                offenders.append(str(path))
+    assert offenders == []
+
+
+def test_every_rpc_has_a_servicer_handler_and_a_client_method() -> None:
+    def snake(name: str) -> str:
+        out = "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+        return out.replace("re_mount_segment", "remount_segments")
+
+    for rpc in service_descriptor_methods():
+        assert callable(getattr(MasterServicer, rpc, None)), rpc
+        assert callable(getattr(MasterClient, snake(rpc), None)), rpc
+
+
+@pytest.mark.timeout(300)
+def test_wheel_ships_only_mooncake_py(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    wheel = next(tmp_path.glob("*.whl"))
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    packages = {t for t in tops if not t.endswith((".dist-info", ".data"))}
+    assert packages == {"mooncake_py"}
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "mooncake_py/master/service.py" in names and "mooncake_py/client/store.py" in names
+    assert "mooncake_py/_proto/master_pb2.py" in names
