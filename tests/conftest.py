@@ -3,6 +3,7 @@ processes, all on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -60,10 +61,8 @@ class ClientProcess:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            try:
+            with contextlib.suppress(RuntimeError, BrokenPipeError, OSError):
                 self.call("close")
-            except (RuntimeError, BrokenPipeError, OSError):
-                pass
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -1,0 +1,1 @@
+"""Runnable examples (``python -m mooncake_py.examples.<name>``)."""
