@@ -75,7 +75,9 @@ class ClientCore:
             self.close()
             raise
         self.data = DataPlane(self.host_id, self._segment, config.force_tcp)
-        self.heartbeat = Heartbeat(self.master, self.client_id, self.segments)
+        self.heartbeat = Heartbeat(
+            self.master, self.client_id, self.segments, housekeeping=self.data.prune_dead_peers
+        )
         self.heartbeat.start()
 
     @property

@@ -161,6 +161,10 @@ class DataPlane:
             codes = [int(ErrorCode.TRANSFER_FAIL)] * len(indexed_ops)
         return [(index, code) for (index, _), code in zip(indexed_ops, codes, strict=True)]
 
+    def prune_dead_peers(self) -> None:
+        """Unmap segments whose owner process died (their bytes are no longer authoritative)."""
+        self._peers.prune()
+
     def close(self) -> None:
         """Drop peer mappings and pooled connections."""
         self._tcp.close()

@@ -29,6 +29,7 @@ class Heartbeat:
         client_id: this client's id.
         segments: returns the segments to remount.
         interval_s: seconds between pings.
+        housekeeping: called after each ping (local cleanup that needs no master).
     """
 
     def __init__(
@@ -37,10 +38,12 @@ class Heartbeat:
         client_id: str,
         segments: Callable[[], Sequence[SegmentInfo]],
         interval_s: float = PING_INTERVAL_S,
+        housekeeping: Callable[[], object] | None = None,
     ) -> None:
         self._master = master
         self._client_id = client_id
         self._segments = segments
+        self._housekeeping = housekeeping
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._failures = 0
@@ -73,6 +76,11 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
             self.beat()
+            if self._housekeeping is not None:
+                try:
+                    self._housekeeping()
+                except Exception:
+                    log.exception("client housekeeping failed")
 
     def stop(self) -> None:
         """Stop pinging and wait for the thread."""

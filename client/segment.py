@@ -140,6 +140,22 @@ class PeerMappings:
         if mapped is not None:
             mapped.close()
 
+    def prune(self) -> list[str]:
+        """Forget mappings whose owner process has died, deleting their files (crash recovery).
+
+        Returns:
+            The segment ids forgotten. Complexity: O(mappings).
+        """
+        with self._lock:
+            dead = [sid for sid, m in self._by_segment.items() if not _owner_alive(m.path)]
+        for segment_id in dead:
+            mapped = self._by_segment.get(segment_id)
+            if mapped is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(mapped.path)
+            self.forget(segment_id)
+        return dead
+
     def close(self) -> None:
         """Drop every mapping."""
         with self._lock:
@@ -153,13 +169,18 @@ def remove_stale_segment_files() -> list[str]:
     """Delete segment files whose owner process no longer exists; returns the paths removed."""
     removed: list[str] = []
     for path in SHM_DIR.glob(f"{SHM_PREFIX}*"):
-        pid_text = path.name[len(SHM_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit() or _process_alive(int(pid_text)):
+        if _owner_alive(str(path)):
             continue
         with contextlib.suppress(OSError):
             path.unlink()
             removed.append(str(path))
     return removed
+
+
+def _owner_alive(path: str) -> bool:
+    """False when ``path`` names a segment file whose owner process no longer exists."""
+    pid_text = Path(path).name[len(SHM_PREFIX) :].split("-", 1)[0]
+    return not pid_text.isdigit() or _process_alive(int(pid_text))
 
 
 def _process_alive(pid: int) -> bool:

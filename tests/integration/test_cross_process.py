@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import stat
 import time
+from pathlib import Path
 
 import pytest
 
@@ -75,8 +77,13 @@ def test_client_death_drops_its_segment_and_objects(client_processes: list[Clien
         assert survivor.call("put_from", keys=keys, size=1 << 20) == [0] * 7
         assert master.service.stats()["allocated_bytes"] >= 7 << 20
 
+        shm_files = list(Path("/dev/shm").glob(f"mooncake_py-{doomed.pid}-*"))
+        assert len(shm_files) == 1
+        assert stat.S_IMODE(shm_files[0].stat().st_mode) == 0o600  # owner-only
+
         killed_at = time.monotonic()
         doomed.kill()
+        assert shm_files[0].exists()  # SIGKILL: the owner could not clean up
         _wait_until(lambda: master.service.stats()["segments"] == 0, timeout_s=10)
         # Dropped within client_ttl plus the once-a-second reaper tick (and scheduling slack).
         assert time.monotonic() - killed_at < 1.0 + 1.0 + 2.0
@@ -87,6 +94,7 @@ def test_client_death_drops_its_segment_and_objects(client_processes: list[Clien
         replacement = ClientProcess()
         client_processes.append(replacement)
         assert replacement.call("setup", config=client_config(master.address, 8 << 20)) == 0
+        assert not shm_files[0].exists()  # crash recovery at the next client's start
         again = [f"again-{i}" for i in range(7)]
         assert survivor.call("put_from", keys=again, size=1 << 20) == [0] * 7
         master.service.check()
