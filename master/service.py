@@ -179,6 +179,12 @@ class MasterService:
 
     def _unmount_locked(self, segment_id: str) -> None:
         self._segments.unmount(segment_id)
+        # Buffers waiting for release die with their segment; a remount of the same id starts
+        # from an empty allocator that must not receive their frees.
+        kept = [b for b in self._discarded if b.segment_id != segment_id]
+        if len(kept) != len(self._discarded):
+            heapq.heapify(kept)
+            self._discarded = kept
         for object_id in self._objects.objects_on_segment(segment_id):
             meta = self._objects.get(object_id)
             if meta is None:
@@ -255,7 +261,7 @@ class MasterService:
         existing = self._objects.get((tenant, key))
         if existing is not None:
             started_recently = (
-                existing.put_start_time + self.config.put_start_discard_timeout_sec > now
+                existing.put_start_time + self.config.put_start_discard_timeout_sec >= now
             )
             if existing.is_readable() or started_recently:
                 return PutStartResult(ErrorCode.OBJECT_ALREADY_EXISTS)
@@ -345,10 +351,10 @@ class MasterService:
         Per key: OK; OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE when nothing is in flight.
         """
         return self._per_key(
-            tenant, keys, lambda t, k, now: self._put_revoke_locked(client_id, t, k)
+            tenant, keys, lambda t, k, now: self._put_revoke_locked(client_id, t, k, now)
         )
 
-    def _put_revoke_locked(self, client_id: str, tenant: str, key: str) -> ErrorCode:
+    def _put_revoke_locked(self, client_id: str, tenant: str, key: str, now: float) -> ErrorCode:
         meta = self._objects.get((tenant, key))
         if meta is None:
             return ErrorCode.OBJECT_NOT_FOUND
@@ -357,16 +363,29 @@ class MasterService:
         doomed = meta.processing_replicas()
         if not doomed:
             return ErrorCode.INVALID_WRITE
-        self._release_replicas(meta, doomed)
+        self._release_replicas(meta, doomed, now)
         return ErrorCode.OK
 
-    def _release_replicas(self, meta: ObjectMetadata, doomed: list[Replica]) -> None:
-        """Free ``doomed`` replicas now; erase the object if nothing is left."""
+    def _release_replicas(self, meta: ObjectMetadata, doomed: list[Replica], now: float) -> None:
+        """Free ``doomed`` replicas; erase the object if nothing is left.
+
+        Memory under a live read lease is quarantined until the lease ends instead of being
+        freed: a reader may still be copying out of it, and its transfer is only trusted while
+        the lease holds, so the bytes it sees are never overwritten by a new writer first.
+        """
         for replica in doomed:
-            self._segments.free(replica.segment_id, replica.offset)
+            if meta.has_live_lease(now):
+                self._discard(replica, meta.lease_timeout)
+            else:
+                self._segments.free(replica.segment_id, replica.offset)
         self._objects.drop_replicas(meta, doomed)
         if not meta.replicas:
             self._objects.erase(meta.object_id)
+
+    def _discard(self, replica: Replica, release_at: float) -> None:
+        heapq.heappush(
+            self._discarded, _DiscardedBuffer(release_at, replica.segment_id, replica.offset)
+        )
 
     def _resolve_soft_pin(self, config: ReplicateConfig) -> PendingSoftPin | None:
         """The soft-pin request of a write, or None when it is invalid."""
@@ -479,7 +498,7 @@ class MasterService:
             return ErrorCode.REPLICA_IS_NOT_READY
         if not force and meta.has_live_lease(now):
             return ErrorCode.OBJECT_HAS_LEASE
-        self._release_replicas(meta, list(meta.replicas))
+        self._release_replicas(meta, list(meta.replicas), now)
         return ErrorCode.OK
 
     def remove_by_regex(
@@ -507,14 +526,19 @@ class MasterService:
         return ErrorCode.OK, sum(1 for code in removed if code == ErrorCode.OK)
 
     def remove_all(self, tenant: str, force: bool = False) -> int:
-        """Delete every removable object of the tenant; returns how many were removed."""
+        """Delete every removable object of the tenant; returns how many were removed.
+
+        With multi-tenancy on, an empty ``tenant`` means every tenant (as upstream). Objects
+        that cannot be removed (leased without ``force``, being written) are skipped.
+        """
+        everyone = self.config.enable_multi_tenants and tenant == ""
         resolved = self._resolve_tenant(tenant)
         if resolved is None:
             return 0
         with self._lock:
             now = self._clock()
-            keys = [m.key for m in self._objects.items_of_tenant(resolved)]
-            codes = [self._remove_locked(resolved, k, force, now) for k in keys]
+            doomed = list(self._objects) if everyone else self._objects.items_of_tenant(resolved)
+            codes = [self._remove_locked(m.tenant, m.key, force, now) for m in doomed]
         return sum(1 for code in codes if code == ErrorCode.OK)
 
     # ------------------------------------------------------------------------------------------
@@ -552,7 +576,7 @@ class MasterService:
                 meta = self._objects.get(object_id)
                 if meta is not None:
                     stale = meta.processing_replicas()
-                    self._release_replicas(meta, stale)
+                    self._release_replicas(meta, stale, now)
                     freed += len(stale)
         return freed
 

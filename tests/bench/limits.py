@@ -81,7 +81,7 @@ def stream(port: int, message: int, total: int, reps: int, slots: int) -> dict[s
     count = max(1, total // message)
     slots = max(1, min(slots, count))
     buffer = np.ones(message * slots, dtype=np.uint8)
-    views = [memoryview(buffer)[i * message : (i + 1) * message] for i in range(slots)]
+    views = [buffer.data[i * message : (i + 1) * message] for i in range(slots)]
     rates = []
     with socket.create_connection(("127.0.0.1", port)) as sock:
         tune(sock)

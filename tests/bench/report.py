@@ -103,6 +103,7 @@ class RowAccumulator:
         row = dict(self.row)
         row["value"] = median(self.rep_rates)
         row["reps"] = self.rep_rates
+        row["times_us"] = [round(t * 1e6, 1) for t in self.times]
         row |= latency_summary(self.times)
         limit = limits.get(row["limit_id"])
         if limit is not None:
@@ -123,52 +124,64 @@ def _fmt_us(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
+LEGEND = (
+    "memcpy N: numpy.copyto of N bytes between preallocated buffers, 1 thread; shm rows use the",
+    "  smallest measured N >= the bytes one call moves (else the largest).",
+    "stream N msgs: loopback TCP, sender in another process, sendall / recv_into of N-byte",
+    "  messages into a preallocated buffer (TCP rows: N = value size).",
+    "ping-pong: sequential 64-byte round trips over loopback TCP (reference for small calls).",
+    "grpc echo N: grpc.aio generic echo server in another process, sync client, sequential calls;",
+    "  N = serialized size of the master request the row makes (keys/s = calls/s x keys).",
+)
+
+
 def table(results: dict[str, Any]) -> str:
     """The human-readable report."""
     info = results["machine"]
     params = results["params"]
     lines = [
-        f"mooncake-py store benchmark ({results['mode']}), {info['cpu_count']} CPUs "
+        f"mooncake-py store benchmark ({results['mode']}): {info['cpu_count']} CPUs "
         f"({info['cpu_model'] or info['machine']}), Python {info['python']}, 127.0.0.1 only",
         f"packages: {', '.join(f'{k} {v}' for k, v in results['packages'].items())}",
-        "MB = 10^6 bytes; throughputs are medians over reps (a rep = one round of calls); "
-        "p50/p99 are per call over all reps.",
+        "MB = 10^6 bytes. Rates are medians over reps (workloads: a rep = one round of calls;",
+        "limits: reps taken half before and half after the workloads); p50/p99 are per call.",
         "",
-        "Limits",
-        f"  {'limit':<44} {'median':>17} {'p50 us':>9} {'p99 us':>9}  reps",
+        f"{'Limit':<20} {'median':>15} {'p50 us':>8} {'p99 us':>8} {'reps':>5}",
     ]
     for limit in results["limits"].values():
         reps = limit.get("reps_MBps") or limit.get("reps_ops") or []
         lines.append(
-            f"  {limit['label']:<44} {_fmt_rate(limit['value'], limit['unit']):>17} "
-            f"{_fmt_us(limit.get('p50_us')):>9} {_fmt_us(limit.get('p99_us')):>9}  {len(reps)}"
+            f"{limit['label']:<20} {_fmt_rate(limit['value'], limit['unit']):>15} "
+            f"{_fmt_us(limit.get('p50_us')):>8} {_fmt_us(limit.get('p99_us')):>8} {len(reps):>5}"
         )
     lines += [
         "",
-        "Workloads (A = segment owner, B = reader with no segment; separate processes)",
-        f"  {'row':<44} {'mooncake-py':>17} {'p50 us':>9} {'p99 us':>9}  "
-        f"{'limit':<36} {'limit value':>17} {'of limit':>8}",
+        "A = process owning the segment; B = another process, no segment (its puts land in A's).",
+        f"{'Workload':<34} {'mooncake-py':>15} {'p50 us':>8} {'p99 us':>8}  "
+        f"{'limit':<18} {'limit value':>15} {'of limit':>8}",
     ]
     for row in results["rows"]:
         fraction = row.get("fraction")
         lines.append(
-            f"  {row['label']:<44} {_fmt_rate(row['value'], row['unit']):>17} "
-            f"{_fmt_us(row.get('p50_us')):>9} {_fmt_us(row.get('p99_us')):>9}  "
-            f"{row.get('limit_label', '-'):<36} "
-            f"{_fmt_rate(row.get('limit_value', 0.0), row['unit']):>17} "
+            f"{row['label']:<34} {_fmt_rate(row['value'], row['unit']):>15} "
+            f"{_fmt_us(row.get('p50_us')):>8} {_fmt_us(row.get('p99_us')):>8}  "
+            f"{row.get('limit_label', '-'):<18} "
+            f"{_fmt_rate(row.get('limit_value', 0.0), row['unit']):>15} "
             f"{'-' if fraction is None else f'{fraction:.0%}':>8}"
         )
     check = results["verification"]
     lines += [
         "",
-        f"verification: {'PASSED' if check['ok'] else 'FAILED'} - {check['stamps_checked']} "
-        f"values stamp-checked, {check['full_checked']} fully compared, "
+        *LEGEND,
+        "",
+        f"verification: {'PASSED' if check['ok'] else 'FAILED'}: {check['stamps_checked']} "
+        f"values stamp-checked, {check['full_checked']} compared byte for byte, "
         f"{check['error_count']} errors",
     ]
     lines += [f"  {error}" for error in check["errors"][:10]]
     lines.append(
-        f"rounds: {params['rounds']} (+{params['warmup']} warm-up) x {params['values']}; "
-        f"took {results['duration_s']:.1f} s"
+        f"rounds: {params['rounds']} (+{params['warmup']} warm-up) of {params['values']} "
+        f"per path; run took {results['duration_s']:.1f} s"
     )
     return "\n".join(lines)
 

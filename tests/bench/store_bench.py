@@ -35,129 +35,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mooncake_py._proto import master_pb2 as pb
 from mooncake_py.testing import MasterProcess
 from tests.bench import limits as lim
-from tests.bench.common import FORCE_TCP_ENV, GIB, KIB, MIB, ROOT, Child, size_label
+from tests.bench.common import FORCE_TCP_ENV, ROOT, Child, size_label
+from tests.bench.plan import Plan, SegmentBudget, Verification, echo_payloads, plan_for
 from tests.bench.report import RowAccumulator, limit_figure, machine, packages, table, values_text
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """How much of everything one run does."""
-
-    mode: str
-    sizes: tuple[int, ...]
-    batches: dict[int, int]
-    values: dict[int, int]
-    rounds: int
-    warmup: int
-    segment: int
-    memcpy_sizes: tuple[int, ...]
-    memcpy_reps: int
-    stream_bytes: int
-    stream_reps: int
-    ping_calls: int
-    echo_calls: int
-    exist_calls: int
-    batch_exist_sizes: tuple[int, ...]
-    batch_exist_calls: dict[int, int]
-    call_reps: int
-    meta_value: int = 64
-
-
-def plan_for(quick: bool, tiny: bool) -> Plan:
-    """Full run (a few minutes), ``quick`` (under a minute) or ``tiny`` (plumbing only)."""
-    sizes = (1 * MIB, 4 * MIB)
-    full = Plan(
-        mode="full",
-        sizes=sizes,
-        batches={1 * MIB: 16, 4 * MIB: 32},
-        values=dict.fromkeys(sizes, 128),
-        rounds=5,
-        warmup=1,
-        segment=1 * GIB,
-        memcpy_sizes=(16 * MIB, 256 * MIB),
-        memcpy_reps=21,
-        stream_bytes=256 * MIB,
-        stream_reps=11,
-        ping_calls=1000,
-        echo_calls=500,
-        exist_calls=500,
-        batch_exist_sizes=(128, 1024),
-        batch_exist_calls={128: 50, 1024: 10},
-        call_reps=5,
-    )
-    if quick and not tiny:
-        return dataclasses.replace(
-            full,
-            mode="quick",
-            values=dict.fromkeys(sizes, 32),
-            rounds=3,
-            memcpy_reps=7,
-            stream_bytes=128 * MIB,
-            stream_reps=5,
-            ping_calls=500,
-            echo_calls=300,
-            exist_calls=300,
-            batch_exist_calls={128: 20, 1024: 5},
-            call_reps=3,
-        )
-    if not tiny:
-        return full
-    small = (64 * KIB, 256 * KIB)
-    return dataclasses.replace(
-        full,
-        mode="tiny",
-        sizes=small,
-        batches=dict.fromkeys(small, 4),
-        values=dict.fromkeys(small, 8),
-        rounds=1,
-        warmup=0,
-        segment=64 * MIB,
-        memcpy_sizes=(1 * MIB, 4 * MIB),
-        memcpy_reps=3,
-        stream_bytes=4 * MIB,
-        stream_reps=2,
-        ping_calls=50,
-        echo_calls=50,
-        exist_calls=30,
-        batch_exist_sizes=(16, 64),
-        batch_exist_calls={16: 3, 64: 3},
-        call_reps=2,
-    )
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-class Verification:
-    """What the readers checked, over the whole run."""
-
-    def __init__(self) -> None:
-        self.stamps_checked = 0
-        self.full_checked = 0
-        self.error_count = 0
-        self.errors: list[str] = []
-
-    def absorb(self, answer: dict[str, Any]) -> dict[str, Any]:
-        self.stamps_checked += answer.get("stamps_checked", 0)
-        self.full_checked += answer.get("full_checked", 0)
-        errors = answer.get("errors", [])
-        self.error_count += answer.get("error_count", len(errors))
-        self.errors += errors[: max(0, 50 - len(self.errors))]
-        return answer
-
-    def summary(self) -> dict[str, Any]:
-        ok = self.error_count == 0 and self.stamps_checked > 0 and self.full_checked > 0
-        return {
-            "ok": ok,
-            "stamps_checked": self.stamps_checked,
-            "full_checked": self.full_checked,
-            "error_count": self.error_count,
-            "errors": self.errors,
-        }
 
 
 class Bench:
@@ -170,9 +56,13 @@ class Bench:
         self.profile = profile
         self.tag = f"bench-{os.getpid()}-{time.time_ns() // 1_000_000}"
         self.started = time.perf_counter()
-        self.limits: dict[str, dict[str, Any]] = {}
+        self.raw_limits: dict[str, tuple[str, dict[str, Any]]] = {}
         self.rows: dict[str, RowAccumulator] = {}
         self.check = Verification()
+        self.budget = SegmentBudget(plan.segment, plan.budget, plan.lease_ms)
+        self.pair: tuple[Child, Child] | None = None
+        self.waited_s = 0.0
+        self.prefill: dict[str, dict[str, float]] = {}
         self.pids: dict[str, int] = {}
         self.master_stderr: collections.deque[str] = collections.deque(maxlen=50)
 
@@ -188,7 +78,8 @@ class Bench:
         return child
 
     def start_master(self) -> str:
-        master = MasterProcess(args=["--log_level", "WARNING"])
+        lease = f"{self.plan.lease_ms}ms"
+        master = MasterProcess(args=["--log_level", "WARNING", "--default_kv_lease_ttl", lease])
         self.stack.callback(master.stop)
         master.start()
         self.pids["master"] = master.pid
@@ -199,33 +90,42 @@ class Bench:
 
     # -- limits ----------------------------------------------------------------------------
 
-    def measure_limits(self, server: dict[str, Any], echo_payloads: dict[str, int]) -> None:
+    def measure_limits(self, server: dict[str, Any], payloads: dict[str, int], half: int) -> None:
+        """Half of each limit's reps: ``half`` 0 runs before the workloads, 1 after them, so
+        that the limits see the same (noisy) machine as the workloads they are compared with.
+        """
         plan = self.plan
+
+        def reps(total: int) -> int:
+            return max(1, (total + 1 - half) // 2)
+
+        when = "before" if half == 0 else "after"
+        self.note(f"limits ({when} the workloads): memcpy, socket stream, ping-pong, grpc echo")
         for size in plan.memcpy_sizes:
-            self.note(f"limit: memcpy {size_label(size)}")
-            raw = lim.memcpy(size, plan.memcpy_reps)
-            self._limit(f"memcpy_{size_label(size)}", f"memcpy {size_label(size)} (1 thread)", raw)
+            raw = lim.memcpy(size, reps(plan.memcpy_reps))
+            self._limit(f"memcpy_{size_label(size)}", f"memcpy {size_label(size)}", raw)
         for size in plan.sizes:
-            self.note(f"limit: socket stream {size_label(size)}")
-            raw = lim.stream(
-                server["stream_port"],
-                size,
-                plan.stream_bytes,
-                plan.stream_reps,
-                max(plan.batches.values()),
-            )
-            label = f"socket stream {size_label(size)} msgs (2 procs)"
-            self._limit(f"stream_{size_label(size)}", label, raw)
-        self.note("limit: socket ping-pong")
-        raw = lim.pingpong(server["pong_port"], plan.ping_calls, plan.call_reps)
-        self._limit("pingpong", f"socket ping-pong {lim.PING_BYTES}B", raw)
-        for name, payload in echo_payloads.items():
-            self.note(f"limit: grpc echo {payload} B")
-            raw = lim.grpc_echo(server["grpc_port"], payload, plan.echo_calls, plan.call_reps)
-            self._limit(f"grpc_echo_{name}", f"grpc echo {payload}B ({name} size)", raw)
+            slots = max(plan.batches.values())
+            port = server["stream_port"]
+            raw = lim.stream(port, size, plan.stream_bytes, reps(plan.stream_reps), slots)
+            self._limit(f"stream_{size_label(size)}", f"stream {size_label(size)} msgs", raw)
+        raw = lim.pingpong(server["pong_port"], plan.ping_calls, reps(plan.call_reps))
+        self._limit("pingpong", f"ping-pong {lim.PING_BYTES}B", raw)
+        for name, payload in payloads.items():
+            raw = lim.grpc_echo(server["grpc_port"], payload, plan.echo_calls, reps(plan.call_reps))
+            self._limit(f"grpc_echo_{name}", f"grpc echo {payload}B", raw)
 
     def _limit(self, limit_id: str, label: str, raw: dict[str, Any]) -> None:
-        self.limits[limit_id] = limit_figure(raw, label)
+        known = self.raw_limits.get(limit_id)
+        if known is None:
+            self.raw_limits[limit_id] = (label, raw)
+            return
+        for name in ("times", "rates", "rates_Bps"):
+            if name in raw:
+                known[1][name] += raw[name]
+
+    def limit_figures(self) -> dict[str, dict[str, Any]]:
+        return {key: limit_figure(raw, label) for key, (label, raw) in self.raw_limits.items()}
 
     def memcpy_limit(self, nbytes: int) -> str:
         """The memcpy limit for a call moving ``nbytes``: the smallest measured size that holds
@@ -240,9 +140,76 @@ class Bench:
             self.rows[row_id] = RowAccumulator({"id": row_id, **fields})
         return self.rows[row_id]
 
-    def data_phase(self, path: str, a: Child, b: Child) -> None:
+    def command(
+        self,
+        worker: Child,
+        kind: str,
+        prefix: str,
+        n: int,
+        size: int,
+        batch: int,
+        row: RowAccumulator | None = None,
+    ) -> dict[str, Any]:
+        """One put/get command of ``n`` keys; its calls become one rep of ``row``."""
+        answer = self.check.absorb(
+            worker.call(cmd=kind, prefix=prefix, n=n, size=size, batch=batch)
+        )
+        if row is not None:
+            row.add(answer)
+        return answer
+
+    def workers(self) -> tuple[Child, Child]:
+        """A and B of the current phase."""
+        assert self.pair is not None, "join() first"
+        return self.pair
+
+    def put(
+        self,
+        worker: Child,
+        prefix: str,
+        n: int,
+        size: int,
+        batch: int,
+        row: RowAccumulator | None = None,
+    ) -> dict[str, Any]:
+        self.budget.reserve(n * size)
+        return self.command(worker, "put", prefix, n, size, batch, row)
+
+    def remove(self, prefix: str, n: int, size: int, leased: bool = True) -> None:
+        self.check.absorb(self.workers()[1].call(cmd="remove", prefix=prefix, n=n))
+        self.budget.removed(n * size, leased)
+
+    def join(self, master: str, path: str, a: Child, b: Child) -> None:
+        """Both clients join; then A's segment is written once end to end (and, over shared
+        memory, read through B's mapping) so that no timed call pays first-touch page faults.
+        The pre-filled keys are removed; :meth:`data_phase` waits until their memory is free.
+        """
+        plan = self.plan
+        self.pair = (a, b)
+        self.budget = SegmentBudget(plan.segment, plan.budget, plan.lease_ms)
+        buffer = max(size * plan.batches[size] for size in plan.sizes)
+        buffer = max(buffer, 256 * plan.meta_value)
+        for worker, segment in ((a, plan.segment), (b, 0)):
+            profile = str(Path(self.profile) / f"{worker.name}.prof") if self.profile else ""
+            worker.call(cmd="setup", master=master, segment=segment, buffer=buffer, profile=profile)
+        size = max(plan.sizes)
+        batch = plan.batches[size]
+        n = max(batch, int(plan.segment * plan.prefill) // size // batch * batch)
+        self.note(f"{path}: pre-filling A's segment ({n} x {size_label(size)})")
+        prefix = f"{self.tag}/{path}/prefill"
+        self.budget.capacity = max(self.budget.capacity, n * size)
+        record = {"bytes": n * size, "a_put_s": sum(self.put(a, prefix, n, size, batch)["times"])}
+        if path == "shm":
+            record["b_get_s"] = sum(self.command(b, "get", prefix, n, size, batch)["times"])
+        self.remove(prefix, n, size, leased=path == "shm")
+        self.budget.capacity = int(plan.segment * plan.budget)
+        self.prefill[path] = record
+
+    def data_phase(self, path: str) -> None:
         """A writes, B reads; B writes into A's segment. Keys are fresh every round."""
         plan = self.plan
+        a, b = self.workers()
+        self.budget.drain()  # the pre-filled memory is free again before anything is timed
         title = "shm" if path == "shm" else "TCP"
         for size in plan.sizes:
             label, batch, n = size_label(size), plan.batches[size], plan.values[size]
@@ -251,76 +218,64 @@ class Bench:
                 return self.memcpy_limit(nbytes) if path == "shm" else f"stream_{label}"
 
             common = {"path": path, "size": size, "unit": "MB/s"}
-            rows = {
-                "a_put": self.row(
-                    f"{path}.a.batch_put_from.{label}",
-                    **common,
-                    op="batch_put_from",
-                    batch=batch,
-                    label=f"{title} A batch_put_from {label} x{batch}",
-                    limit_id=limit_of(size * batch),
-                ),
-                "get": self.row(
-                    f"{path}.b.get_into.{label}",
-                    **common,
-                    op="get_into",
-                    batch=1,
-                    label=f"{title} B get_into {label}",
-                    limit_id=limit_of(size),
-                ),
-                "batch_get": self.row(
-                    f"{path}.b.batch_get_into.{label}",
-                    **common,
-                    op="batch_get_into",
-                    batch=batch,
-                    label=f"{title} B batch_get_into {label} x{batch}",
-                    limit_id=limit_of(size * batch),
-                ),
-                "b_put": self.row(
-                    f"{path}.b.put_from.{label}",
-                    **common,
-                    op="put_from",
-                    batch=1,
-                    label=f"{title} B put_from {label} (into A)",
-                    limit_id=limit_of(size),
-                ),
-            }
+            a_put = self.row(
+                f"{path}.a.batch_put_from.{label}",
+                **common,
+                op="batch_put_from",
+                batch=batch,
+                label=f"{title} A batch_put_from {label} x{batch}",
+                limit_id=limit_of(size * batch),
+            )
+            get = self.row(
+                f"{path}.b.get_into.{label}",
+                **common,
+                op="get_into",
+                batch=1,
+                label=f"{title} B get_into {label}",
+                limit_id=limit_of(size),
+            )
+            batch_get = self.row(
+                f"{path}.b.batch_get_into.{label}",
+                **common,
+                op="batch_get_into",
+                batch=batch,
+                label=f"{title} B batch_get_into {label} x{batch}",
+                limit_id=limit_of(size * batch),
+            )
+            b_put = self.row(
+                f"{path}.b.put_from.{label}",
+                **common,
+                op="put_from",
+                batch=1,
+                label=f"{title} B put_from {label} (into A)",
+                limit_id=limit_of(size),
+            )
             for rnd in range(plan.warmup + plan.rounds):
                 keep = rnd >= plan.warmup
                 self.note(f"{path} {label} round {rnd + 1}/{plan.warmup + plan.rounds}")
                 prefix = f"{self.tag}/{path}/{label}/r{rnd}"
-                for who, worker, key_batch, row_name, kind in (
-                    ("a", a, batch, "a_put", "put"),
-                    ("a", b, 1, "get", "get"),
-                    ("a", b, batch, "batch_get", "get"),
-                    ("b", b, 1, "b_put", "put"),
-                    ("b", b, batch, "", "get"),  # read B's values back: verification only
-                ):
-                    answer = self.check.absorb(
-                        worker.call(
-                            cmd=kind, prefix=f"{prefix}/{who}", n=n, size=size, batch=key_batch
-                        )
-                    )
-                    if keep and row_name:
-                        rows[row_name].add(answer)
-                    if row_name == "batch_get" or not row_name:
-                        self.check.absorb(b.call(cmd="remove", prefix=f"{prefix}/{who}", n=n))
+                self.put(a, f"{prefix}/a", n, size, batch, a_put if keep else None)
+                self.command(b, "get", f"{prefix}/a", n, size, 1, get if keep else None)
+                self.command(b, "get", f"{prefix}/a", n, size, batch, batch_get if keep else None)
+                self.remove(f"{prefix}/a", n, size)
+                self.put(b, f"{prefix}/b", n, size, 1, b_put if keep else None)
+                self.command(b, "get", f"{prefix}/b", n, size, batch)  # verification only
+                self.remove(f"{prefix}/b", n, size)
 
-    def metadata_phase(self, a: Child, b: Child) -> None:
+    def metadata_phase(self) -> None:
         """is_exist from B (present / absent key), then batch_is_exist of each size."""
         plan = self.plan
+        a, b = self.workers()
         keys = max(plan.batch_exist_sizes)
         prefix, absent = f"{self.tag}/meta", f"{self.tag}/absent"
         self.note(f"metadata: writing {keys} small keys")
-        self.check.absorb(
-            a.call(cmd="put", prefix=prefix, n=keys, size=plan.meta_value, batch=min(keys, 256))
-        )
+        self.put(a, prefix, keys, plan.meta_value, min(keys, 256))
         present_row = self.row(
             "meta.is_exist.present",
             op="is_exist",
             unit="ops/s",
             batch=1,
-            label="is_exist (present key), B",
+            label="B is_exist, present key",
             limit_id="grpc_echo_ExistKey",
         )
         absent_row = self.row(
@@ -328,7 +283,7 @@ class Bench:
             op="is_exist",
             unit="ops/s",
             batch=1,
-            label="is_exist (absent key), B",
+            label="B is_exist, absent key",
             limit_id="grpc_echo_ExistKey",
         )
         self.note("metadata: is_exist")
@@ -352,36 +307,18 @@ class Bench:
                 op="batch_is_exist",
                 unit="keys/s",
                 batch=size,
-                label=f"batch_is_exist {size} keys, B",
+                label=f"B batch_is_exist {size} keys",
                 limit_id=f"grpc_echo_BatchExistKey{size}",
                 limit_scale=size,
             )
+            calls = plan.batch_exist_calls[size]
             for rep in range(plan.call_reps + 1):
                 answer = self.check.absorb(
-                    b.call(
-                        cmd="batch_exist", prefix=prefix, n=size, calls=plan.batch_exist_calls[size]
-                    )
+                    b.call(cmd="batch_exist", prefix=prefix, n=size, calls=calls)
                 )
                 if rep:
                     row.add(answer, work_per_call=size)
-        self.check.absorb(b.call(cmd="remove", prefix=prefix, n=keys))
-
-    def setup_pair(self, master: str, a: Child, b: Child) -> None:
-        buffer = max(size * self.plan.batches[size] for size in self.plan.sizes)
-        buffer = max(buffer, 256 * self.plan.meta_value)
-        for worker, segment in ((a, self.plan.segment), (b, 0)):
-            profile = str(Path(self.profile) / f"{worker.name}.prof") if self.profile else ""
-            worker.call(cmd="setup", master=master, segment=segment, buffer=buffer, profile=profile)
-
-
-def echo_payloads(tag: str, batch_sizes: tuple[int, ...]) -> dict[str, int]:
-    """Serialized sizes of the master requests the metadata rows make (the echo payloads)."""
-    key = f"{tag}/meta/{0:06d}"
-    sizes = {"ExistKey": pb.KeyRequest(key=key, tenant_id="default").ByteSize()}
-    for n in batch_sizes:
-        keys = [f"{tag}/meta/{i:06d}" for i in range(n)]
-        sizes[f"BatchExistKey{n}"] = pb.BatchKeysRequest(keys=keys, tenant_id="default").ByteSize()
-    return sizes
+        self.remove(prefix, keys, plan.meta_value)
 
 
 def run(quick: bool = False, tiny: bool = False, profile: str = "") -> dict[str, Any]:
@@ -406,18 +343,23 @@ def run(quick: bool = False, tiny: bool = False, profile: str = "") -> dict[str,
             a.receive(timeout_s=60)
             b.receive(timeout_s=60)
         payloads = echo_payloads(bench.tag, plan.batch_exist_sizes)
-        bench.measure_limits(server, payloads)
-        limit_server.stop()
         for path, (a, b) in pairs.items():
             bench.note(f"{path}: joining the store")
-            bench.setup_pair(master, a, b)
-            bench.data_phase(path, a, b)
+            bench.join(master, path, a, b)
+            if path == "shm":  # while the pre-filled memory's read leases run out
+                bench.measure_limits(server, payloads, half=0)
+            bench.data_phase(path)
             if path == "shm":
-                bench.metadata_phase(a, b)
+                bench.metadata_phase()
+            bench.waited_s += bench.budget.waited_s
             b.stop()
             a.stop()
+        bench.measure_limits(server, payloads, half=1)
         bench.note("done; stopping the master")
-    figures = [acc.figure(bench.limits) for acc in bench.rows.values()]
+    limits = bench.limit_figures()
+    order = {"shm": 0, "tcp": 1}
+    rows = sorted(bench.rows.values(), key=lambda acc: order.get(acc.row.get("path", ""), 2))
+    figures = [acc.figure(limits) for acc in rows]
     return {
         "schema": 1,
         "mode": plan.mode,
@@ -431,10 +373,12 @@ def run(quick: bool = False, tiny: bool = False, profile: str = "") -> dict[str,
             "values_per_round": {size_label(s): n for s, n in plan.values.items()},
             "echo_payload_bytes": payloads,
         },
-        "limits": bench.limits,
+        "limits": limits,
         "rows": figures,
         "verification": bench.check.summary(),
         "pids": bench.pids,
+        "budget_wait_s": bench.waited_s,
+        "prefill": bench.prefill,
     }
 
 

@@ -1,8 +1,7 @@
 """Scenario tests of the master service facade: pure logic, no sockets, time on a FakeClock.
 
 Each test builds a :class:`MasterService` with a seeded RNG, mounts fake segments, drives it and
-ends with ``service.check()``. Tests marked ``xfail(strict=True)`` document a bug or an
-unresolved divergence from upstream (see their reason); they start passing once it is fixed.
+ends with ``service.check()``.
 """
 
 from __future__ import annotations
@@ -250,14 +249,6 @@ def test_preempt_then_no_space_loses_the_stale_write() -> None:
     service.check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "divergence from upstream (reference §3.2): an in-flight write is OBJECT_ALREADY_EXISTS "
-        "while put_start_time + put_start_discard_timeout_sec >= now; the service uses '>' in "
-        "_put_start_locked, so at exactly the discard timeout it preempts instead"
-    ),
-)
 def test_inflight_write_exactly_at_discard_timeout_still_exists() -> None:
     service, clock = make_service(put_start_discard_timeout_sec=30.0)
     mount(service, "owner", "s1")
@@ -397,17 +388,42 @@ def test_lease_is_never_shortened() -> None:
     service.check()
 
 
-def test_force_remove_ignores_the_lease_and_frees_memory() -> None:
-    service, _ = make_service()
-    mount(service, "owner", "s1")
-    put(service, "w", "k", 100)
-    assert service.get_replica_list("", "k").code == OK
+def test_force_remove_ignores_the_lease_and_quarantines_memory_until_it_ends() -> None:
+    service, clock = make_service(default_kv_lease_ttl=10_000)
+    mount(service, "owner", "s1", name="n1")
+    mount(service, "owner", "s2", name="n2")
+    put(service, "w", "k", 100, replica_num=2)
+    clock.advance(1)
+    assert service.get_replica_list("", "k").code == OK  # lease until T0 + 11
     assert service.remove("", "k") == ErrorCode.OBJECT_HAS_LEASE
     assert service.remove("", "k", force=True) == OK
-    assert allocated(service) == 0
     assert service.get_replica_list("", "k").code == ErrorCode.OBJECT_NOT_FOUND
     assert service.exist_key("", "k") == 0
     assert service.remove("", "k", force=True) == ErrorCode.OBJECT_NOT_FOUND
+    assert service.stats()["objects"] == 0
+    # The bytes a leased reader may still be copying are not reused before the lease ends.
+    assert allocated(service) == 2 * rounded(100)
+    assert service.stats()["discarded_buffers"] == 2
+    service.check()
+    put(service, "w", "k", 100)  # the key itself is free at once
+    assert service.remove("", "k") == OK  # unleased: freed at once
+    assert service.sweep_expired_puts(T0 + 10.9) == 0
+    assert allocated(service) == 2 * rounded(100)
+    assert service.sweep_expired_puts(T0 + 11) == 2
+    assert allocated(service) == 0
+    assert service.stats()["discarded_buffers"] == 0
+    service.check()
+
+
+def test_force_remove_of_unleased_object_frees_memory_at_once() -> None:
+    service, clock = make_service()
+    mount(service, "owner", "s1")
+    put(service, "w", "k", 100)
+    assert service.exist_key("", "k") == 1
+    clock.advance(10)  # the lease has just ended
+    assert service.remove("", "k", force=True) == OK
+    assert allocated(service) == 0
+    assert service.stats()["discarded_buffers"] == 0
     service.check()
 
 
@@ -516,6 +532,9 @@ def test_batch_calls_answer_per_key_in_input_order() -> None:
     ]
     assert service.batch_put_revoke("w", "", ["pending"]) == [OK]
     assert service.stats()["objects"] == 1
+    service.check()
+    # "a" and "b" were leased by the reads above; their memory returns when the lease ends.
+    service.sweep_expired_puts(T0 + service.config.default_kv_lease_ttl / 1000)
     assert allocated(service) == rounded(10)
     service.check()
 
@@ -846,23 +865,22 @@ def test_unmount_drops_objects_living_only_there() -> None:
     service.check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a preempted write's discarded buffer outlives an unmount of its segment; when the "
-        "same segment id is mounted again (remount after reap/unmount) the pending "
-        "_DiscardedBuffer still points at it, check() reports a leak, and sweep_expired_puts "
-        "frees that offset in the NEW allocator, releasing another object's live buffer so two "
-        "objects get the same bytes (or raising KeyError if nothing is there)"
-    ),
+@pytest.mark.parametrize(
+    ("discard", "how"),
+    [("preempt", "unmount"), ("preempt", "reap"), ("leased-remove", "unmount")],
 )
-@pytest.mark.parametrize("how", ["unmount", "reap"])
-def test_discarded_buffer_does_not_survive_segment_remount(how: str) -> None:
+def test_discarded_buffer_does_not_survive_segment_remount(discard: str, how: str) -> None:
     service, clock = make_service(client_ttl=10)
     info = mount(service, "c1", "s1")
-    old = start(service, "w1", "k", 100)
-    clock.advance(31)
-    start(service, "w2", "k", 100)  # preempts: old buffer discarded until T0 + 600
+    if discard == "preempt":
+        old = start(service, "w1", "k", 100)
+        clock.advance(31)
+        start(service, "w2", "k", 100)  # preempts: old buffer discarded until T0 + 600
+    else:
+        old = put(service, "w1", "k", 100)
+        clock.advance(11)
+        assert service.exist_key("", "k") == 1  # leased until T0 + 21
+        assert service.remove("", "k", force=True) == OK  # quarantined until T0 + 21
     assert service.stats()["discarded_buffers"] == 1
     if how == "unmount":
         assert service.unmount_segment("c1", "s1") == OK
@@ -1123,6 +1141,8 @@ def test_remove_by_regex() -> None:
     assert service.exist_key("", "admin/1") == 1
     assert service.remove_by_regex("", "", force=True) == (OK, 1)  # admin/1
     assert service.stats()["objects"] == 1
+    service.check()
+    service.sweep_expired_puts(T0 + 10)  # user/3's lease has ended: its quarantine too
     assert allocated(service) == rounded(10)
     service.check()
 
@@ -1140,6 +1160,8 @@ def test_remove_all() -> None:
     assert service.remove_all("") == 0
     assert service.remove_all("", force=True) == 2
     assert service.object_of("", "pending") is not None  # in-flight writes survive even force
+    service.check()
+    service.sweep_expired_puts(T0 + 10)  # k0 and k1's leases have ended: their quarantine too
     assert allocated(service) == rounded(10)
     service.check()
 
@@ -1216,13 +1238,6 @@ def test_tenants_collapse_to_default_when_disabled() -> None:
     service.check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "divergence from upstream (reference §3.8): RemoveAll with an empty tenant_id wipes all "
-        "tenants; the service resolves '' to 'default' and removes only that tenant's objects"
-    ),
-)
 def test_remove_all_with_empty_tenant_wipes_every_tenant() -> None:
     service, _ = make_service(enable_multi_tenants=True)
     mount(service, "c1", "s1")

@@ -1,0 +1,202 @@
+"""What a benchmark run does (:class:`Plan`), and the bookkeeping that keeps it honest: read
+verification and the budget of A's segment."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from tests.bench.common import GIB, KIB, MIB
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How much of everything one run does."""
+
+    mode: str
+    sizes: tuple[int, ...]
+    batches: dict[int, int]
+    values: dict[int, int]
+    rounds: int
+    warmup: int
+    segment: int
+    memcpy_sizes: tuple[int, ...]
+    memcpy_reps: int
+    stream_bytes: int
+    stream_reps: int
+    ping_calls: int
+    echo_calls: int
+    exist_calls: int
+    batch_exist_sizes: tuple[int, ...]
+    batch_exist_calls: dict[int, int]
+    call_reps: int
+    meta_value: int = 64
+    lease_ms: int = 1000  # the master's default_kv_lease_ttl for the run (its default: 10 s)
+    budget: float = 0.75  # share of A's segment the run may hold (eviction starts at 0.9)
+    prefill: float = 0.875  # share of A's segment written once up front, to fault its pages in
+
+
+def plan_for(quick: bool, tiny: bool) -> Plan:
+    """Full run (a few minutes), ``quick`` (under a minute) or ``tiny`` (plumbing only)."""
+    sizes = (1 * MIB, 4 * MIB)
+    full = Plan(
+        mode="full",
+        sizes=sizes,
+        batches={1 * MIB: 16, 4 * MIB: 32},
+        values={1 * MIB: 256, 4 * MIB: 128},
+        rounds=9,
+        warmup=1,
+        segment=2 * GIB,
+        memcpy_sizes=(16 * MIB, 256 * MIB),
+        memcpy_reps=31,
+        stream_bytes=256 * MIB,
+        stream_reps=16,
+        ping_calls=2000,
+        echo_calls=1000,
+        exist_calls=1000,
+        batch_exist_sizes=(128, 1024),
+        batch_exist_calls={128: 100, 1024: 20},
+        call_reps=8,
+    )
+    if quick and not tiny:
+        return dataclasses.replace(
+            full,
+            mode="quick",
+            segment=3 * GIB // 2,
+            values=dict.fromkeys(sizes, 64),
+            rounds=4,
+            memcpy_reps=10,
+            stream_bytes=128 * MIB,
+            stream_reps=8,
+            ping_calls=1000,
+            echo_calls=500,
+            exist_calls=500,
+            batch_exist_calls={128: 40, 1024: 10},
+            call_reps=4,
+        )
+    if not tiny:
+        return full
+    small = (64 * KIB, 256 * KIB)
+    return dataclasses.replace(
+        full,
+        mode="tiny",
+        sizes=small,
+        batches=dict.fromkeys(small, 4),
+        values=dict.fromkeys(small, 8),
+        rounds=1,
+        warmup=0,
+        segment=64 * MIB,
+        memcpy_sizes=(1 * MIB, 4 * MIB),
+        memcpy_reps=3,
+        stream_bytes=4 * MIB,
+        stream_reps=2,
+        ping_calls=50,
+        echo_calls=50,
+        exist_calls=30,
+        batch_exist_sizes=(16, 64),
+        batch_exist_calls={16: 3, 64: 3},
+        call_reps=2,
+    )
+
+
+class Verification:
+    """What the readers checked, over the whole run."""
+
+    def __init__(self) -> None:
+        self.stamps_checked = 0
+        self.full_checked = 0
+        self.error_count = 0
+        self.errors: list[str] = []
+
+    def absorb(self, answer: dict[str, Any]) -> dict[str, Any]:
+        self.stamps_checked += answer.get("stamps_checked", 0)
+        self.full_checked += answer.get("full_checked", 0)
+        errors = answer.get("errors", [])
+        self.error_count += answer.get("error_count", len(errors))
+        self.errors += errors[: max(0, 50 - len(self.errors))]
+        return answer
+
+    def summary(self) -> dict[str, Any]:
+        ok = self.error_count == 0 and self.stamps_checked > 0 and self.full_checked > 0
+        return {
+            "ok": ok,
+            "stamps_checked": self.stamps_checked,
+            "full_checked": self.full_checked,
+            "error_count": self.error_count,
+            "errors": self.errors,
+        }
+
+
+def _string_field(text: str) -> int:
+    """Bytes a protobuf string field takes on the wire (field number < 16)."""
+    length = len(text.encode())
+    varint = 1
+    while length >= 128**varint:
+        varint += 1
+    return 1 + varint + length
+
+
+def echo_payloads(tag: str, batch_sizes: tuple[int, ...]) -> dict[str, int]:
+    """Wire sizes of the master requests the metadata rows make: ``KeyRequest`` and
+    ``BatchKeysRequest`` (keys + tenant), used as the gRPC echo payloads."""
+    tenant = _string_field("default")
+    sizes = {"ExistKey": _string_field(f"{tag}/meta/{0:06d}") + tenant}
+    for n in batch_sizes:
+        keys = sum(_string_field(f"{tag}/meta/{i:06d}") for i in range(n))
+        sizes[f"BatchExistKey{n}"] = keys + tenant
+    return sizes
+
+
+class SegmentBudget:
+    """Keeps the bytes held in A's segment under ``budget`` of it, so puts never fail for room
+    and the master never evicts a value the run still reads.
+
+    A forced remove of a key whose read lease is live does not free its memory at once: the
+    master quarantines it until the lease ends and frees it on its next sweep (every second).
+    Such bytes count until ``lease + sweep + margin`` after the remove; :meth:`reserve` waits
+    (outside any timed call) when the next write would not fit.
+    """
+
+    SWEEP_S = 1.0
+    MARGIN_S = 0.5
+
+    def __init__(self, segment: int, budget: float, lease_ms: int) -> None:
+        self.capacity = int(segment * budget)
+        self.release_after_s = lease_ms / 1000.0 + self.SWEEP_S + self.MARGIN_S
+        self.live = 0
+        self.pending: list[tuple[float, int]] = []  # (free by, bytes)
+        self.waited_s = 0.0
+
+    def _reclaim(self) -> None:
+        now = time.monotonic()
+        self.pending = [(at, n) for at, n in self.pending if at > now]
+
+    def held(self) -> int:
+        self._reclaim()
+        return self.live + sum(n for _, n in self.pending)
+
+    def reserve(self, nbytes: int) -> None:
+        """Wait until ``nbytes`` more fit, then count them as live."""
+        if nbytes > self.capacity:
+            raise ValueError(f"{nbytes} bytes never fit in a budget of {self.capacity}")
+        while self.held() + nbytes > self.capacity:
+            self._sleep_until(min(at for at, _ in self.pending))
+        self.live += nbytes
+
+    def removed(self, nbytes: int, leased: bool) -> None:
+        """``nbytes`` were removed; ``leased``: they were read within the lease time."""
+        self.live -= nbytes
+        if leased:
+            self.pending.append((time.monotonic() + self.release_after_s, nbytes))
+
+    def drain(self) -> None:
+        """Wait until every removed byte is free again."""
+        if self.pending:
+            self._sleep_until(max(at for at, _ in self.pending))
+        self._reclaim()
+
+    def _sleep_until(self, deadline: float) -> None:
+        delay = max(0.0, deadline - time.monotonic())
+        time.sleep(delay)
+        self.waited_s += delay
