@@ -105,6 +105,7 @@ class ObjectTable:
         # in-flight write is always first.
         self._processing: dict[ObjectId, float] = {}
         self._by_segment: dict[str, dict[ObjectId, None]] = {}
+        self._groups: dict[tuple[str, str], dict[ObjectId, None]] = {}
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -126,6 +127,8 @@ class ObjectTable:
         if oid in self._objects:
             raise KeyError(f"object {oid!r} already exists")
         self._objects[oid] = meta
+        if meta.group_id:
+            self._groups.setdefault((meta.tenant, meta.group_id), {})[oid] = None
         for replica in meta.replicas:
             self._by_segment.setdefault(replica.segment_id, {})[oid] = None
         self._refresh_processing(meta)
@@ -138,6 +141,11 @@ class ObjectTable:
         self._processing.pop(object_id, None)
         for replica in meta.replicas:
             self._unindex_segment(replica.segment_id, object_id)
+        if meta.group_id:
+            group = self._groups[(meta.tenant, meta.group_id)]
+            group.pop(object_id, None)
+            if not group:
+                del self._groups[(meta.tenant, meta.group_id)]
         return meta
 
     def drop_replicas(self, meta: ObjectMetadata, doomed: list[Replica]) -> None:
@@ -150,12 +158,30 @@ class ObjectTable:
                 self._unindex_segment(replica.segment_id, meta.object_id)
         self._refresh_processing(meta)
 
+    def add_replicas(self, meta: ObjectMetadata, replicas: list[Replica]) -> None:
+        """Give ``meta`` more replicas (an upsert that reallocated)."""
+        meta.replicas.extend(replicas)
+        for replica in replicas:
+            self._by_segment.setdefault(replica.segment_id, {})[meta.object_id] = None
+        self._refresh_processing(meta)
+
+    def mark_processing(self, meta: ObjectMetadata) -> None:
+        """Flip every COMPLETE replica of ``meta`` back to PROCESSING (a rewrite in place)."""
+        for replica in meta.replicas:
+            if replica.status == ReplicaStatus.COMPLETE:
+                replica.status = ReplicaStatus.PROCESSING
+        self._refresh_processing(meta)
+
     def mark_complete(self, meta: ObjectMetadata) -> None:
         """Flip every PROCESSING replica of ``meta`` to COMPLETE."""
         for replica in meta.replicas:
             if replica.status == ReplicaStatus.PROCESSING:
                 replica.status = ReplicaStatus.COMPLETE
         self._refresh_processing(meta)
+
+    def group_members(self, tenant: str, group_id: str) -> list[ObjectMetadata]:
+        """Current members of a group. O(members)."""
+        return [self._objects[o] for o in self._groups.get((tenant, group_id), ())]
 
     def objects_on_segment(self, segment_id: str) -> list[ObjectId]:
         """Ids of objects with a replica in ``segment_id``. O(result)."""
@@ -189,7 +215,10 @@ class ObjectTable:
         """
         expected_segments: dict[str, set[ObjectId]] = {}
         expected_processing: set[ObjectId] = set()
+        expected_groups: dict[tuple[str, str], set[ObjectId]] = {}
         for oid, meta in self._objects.items():
+            if meta.group_id:
+                expected_groups.setdefault((meta.tenant, meta.group_id), set()).add(oid)
             if meta.object_id != oid:
                 raise AssertionError(f"object stored under {oid!r} says {meta.object_id!r}")
             if not meta.replicas:
@@ -204,5 +233,7 @@ class ObjectTable:
         actual_segments = {s: set(v) for s, v in self._by_segment.items()}
         if actual_segments != expected_segments:
             raise AssertionError("segment index disagrees with replicas")
+        if {g: set(m) for g, m in self._groups.items()} != expected_groups:
+            raise AssertionError("group index disagrees with objects")
         if set(self._processing) != expected_processing:
             raise AssertionError("processing index disagrees with replica states")

@@ -16,8 +16,6 @@ atomic with respect to each other. Lock order: only this lock exists.
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import itertools
 import random
 import re
 import threading
@@ -26,23 +24,17 @@ from collections.abc import Callable, Sequence
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.clock import monotonic_clock
 from mooncake_py.master.config import MasterConfig
-from mooncake_py.master.liveness import ClientRegistry
-from mooncake_py.master.metadata import (
-    ObjectMetadata,
-    ObjectTable,
-    PendingSoftPin,
-    Replica,
-)
-from mooncake_py.master.segments import MountedSegment, PlacementRequest, SegmentManager
+from mooncake_py.master.evictor import EvictionPass, Evictor
+from mooncake_py.master.metadata import ObjectMetadata, PendingSoftPin
+from mooncake_py.master.segments import MountedSegment
+from mooncake_py.master.state import StoreState
+from mooncake_py.master.writes import WritePath
 from mooncake_py.types import (
     ClientStatus,
     PutStartResult,
-    ReplicaDescriptor,
     ReplicaListResult,
-    ReplicaStatus,
     ReplicateConfig,
     SegmentInfo,
-    SoftPinAction,
 )
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
@@ -60,15 +52,6 @@ class PingResult:
     code: int
     client_status: ClientStatus
     view_version: int
-
-
-@dataclasses.dataclass(order=True, slots=True)
-class _DiscardedBuffer:
-    """Memory of a preempted write, freed only when its old writer can no longer touch it."""
-
-    release_at: float
-    segment_id: str = dataclasses.field(compare=False)
-    offset: int = dataclasses.field(compare=False)
 
 
 class MasterService:
@@ -92,13 +75,13 @@ class MasterService:
         self.config = config
         self._clock = clock
         self._lock = threading.Lock()
-        self._objects = ObjectTable()
-        self._segments = SegmentManager(config.allocation_strategy, rng)
-        self._clients = ClientRegistry(config.client_ttl)
-        self._discarded: list[_DiscardedBuffer] = []
-        self._replica_ids = itertools.count(1)
+        self._state = StoreState(config, rng)
+        self._objects = self._state.objects
+        self._segments = self._state.segments
+        self._clients = self._state.clients
+        self._evictor = Evictor(self._state)
+        self._writes = WritePath(self._state, self._evictor)
         self._view_version = view_version
-        self._lease_ttl_s = config.default_kv_lease_ttl / 1000.0
 
     # ------------------------------------------------------------------------------------------
     # Segments and liveness
@@ -178,21 +161,7 @@ class MasterService:
         return code
 
     def _unmount_locked(self, segment_id: str) -> None:
-        self._segments.unmount(segment_id)
-        # Buffers waiting for release die with their segment; a remount of the same id starts
-        # from an empty allocator that must not receive their frees.
-        kept = [b for b in self._discarded if b.segment_id != segment_id]
-        if len(kept) != len(self._discarded):
-            heapq.heapify(kept)
-            self._discarded = kept
-        for object_id in self._objects.objects_on_segment(segment_id):
-            meta = self._objects.get(object_id)
-            if meta is None:
-                continue
-            lost = [r for r in meta.replicas if r.segment_id == segment_id]
-            self._objects.drop_replicas(meta, lost)
-            if not meta.replicas:
-                self._objects.erase(object_id)
+        self._state.unmount(segment_id)
 
     # ------------------------------------------------------------------------------------------
     # Write path
@@ -201,9 +170,6 @@ class MasterService:
         self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
     ) -> PutStartResult:
         """Reserve replicas for a new object; see :meth:`batch_put_start`."""
-        group_ids = config.group_ids
-        if group_ids is not None and len(group_ids) != 1:
-            return PutStartResult(ErrorCode.INVALID_PARAMS)
         return self.batch_put_start(client_id, tenant, [key], [size], config)[0]
 
     def batch_put_start(
@@ -218,100 +184,86 @@ class MasterService:
 
         Per key: OK with PROCESSING replica descriptors; OBJECT_ALREADY_EXISTS when the key has
         a readable replica or a write younger than the discard timeout (first writer wins);
-        NO_AVAILABLE_HANDLE when no segment can hold it; INVALID_PARAMS for a bad key or size.
-        A malformed request (length mismatch, bad config, too many keys) fails every key with
+        NO_AVAILABLE_HANDLE when no segment can hold it even after evicting what may be
+        evicted; INVALID_PARAMS for a bad key or size. A malformed request (length mismatch,
+        ``group_ids`` not one per key, bad config, too many keys) fails every key with
         INVALID_PARAMS.
 
-        Complexity: O(keys × placement).
+        Complexity: O(keys × placement), plus bounded eviction when memory is full.
         """
+        return self._start_writes(client_id, tenant, keys, sizes, config, upsert=False)
+
+    def upsert_start(
+        self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
+    ) -> PutStartResult:
+        """Reserve replicas to create or replace one object; see :meth:`batch_upsert_start`."""
+        return self.batch_upsert_start(client_id, tenant, [key], [size], config)[0]
+
+    def batch_upsert_start(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        config: ReplicateConfig,
+    ) -> list[PutStartResult]:
+        """Create or replace each key (finish with PutEnd / PutRevoke, as for a put).
+
+        Per key, beyond :meth:`batch_put_start`'s codes: OBJECT_REPLICA_BUSY while a reader
+        holds the object (live read lease); INVALID_PARAMS when ``group_ids`` would move an
+        existing object to another group. An unfinished put or upsert of the key is preempted.
+        """
+        return self._start_writes(client_id, tenant, keys, sizes, config, upsert=True)
+
+    def _start_writes(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        config: ReplicateConfig,
+        upsert: bool,
+    ) -> list[PutStartResult]:
         invalid = [PutStartResult(ErrorCode.INVALID_PARAMS)] * len(keys)
-        tenant_or_none = self._resolve_tenant(tenant)
+        resolved = self._resolve_tenant(tenant)
+        groups = config.group_ids
         if (
-            tenant_or_none is None
+            resolved is None
             or len(keys) != len(sizes)
             or not self._batch_size_ok(keys)
-            or (config.group_ids is not None and len(config.group_ids) != len(keys))
+            or (groups is not None and len(groups) != len(keys))
+            or not 1 <= config.replica_num <= MAX_REPLICA_NUM
         ):
             return invalid
-        pending_pin = self._resolve_soft_pin(config)
-        if pending_pin is None or not 1 <= config.replica_num <= MAX_REPLICA_NUM:
+        pin = self._writes.resolve_soft_pin(config)
+        if pin is None:
             return invalid
         with self._lock:
             now = self._clock()
             return [
-                self._put_start_locked(
-                    client_id, tenant_or_none, key, size, config, i, pending_pin, now
-                )
+                self._start_one(client_id, resolved, key, size, config, groups, i, pin, now, upsert)
                 for i, (key, size) in enumerate(zip(keys, sizes, strict=True))
             ]
 
-    def _put_start_locked(
+    def _start_one(
         self,
         client_id: str,
         tenant: str,
         key: str,
         size: int,
         config: ReplicateConfig,
+        groups: list[str] | None,
         index: int,
-        pending_pin: PendingSoftPin,
+        pin: PendingSoftPin,
         now: float,
+        upsert: bool,
     ) -> PutStartResult:
         if not _key_ok(key) or not 0 < size <= MAX_VALUE_BYTES:
             return PutStartResult(ErrorCode.INVALID_PARAMS)
-        existing = self._objects.get((tenant, key))
-        if existing is not None:
-            started_recently = (
-                existing.put_start_time + self.config.put_start_discard_timeout_sec >= now
-            )
-            if existing.is_readable() or started_recently:
-                return PutStartResult(ErrorCode.OBJECT_ALREADY_EXISTS)
-            self._preempt_locked(existing)
-        allocations = self._segments.allocate(self._placement_request(size, config))
-        if not allocations:
-            return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
-        replicas = [
-            Replica(
-                next(self._replica_ids), a.segment.info.id, a.offset, size, ReplicaStatus.PROCESSING
-            )
-            for a in allocations
-        ]
-        meta = ObjectMetadata(
-            tenant=tenant,
-            key=key,
-            size=size,
-            client_id=client_id,
-            put_start_time=now,
-            replicas=replicas,
-            data_type=int(config.data_type),
-            hard_pinned=config.with_hard_pin,
-            pending_soft_pin=pending_pin,
-            group_id=config.group_ids[index] if config.group_ids else "",
-        )
-        self._objects.insert(meta)
-        return PutStartResult(ErrorCode.OK, tuple(self._describe(meta, r) for r in replicas))
-
-    def _placement_request(self, size: int, config: ReplicateConfig) -> PlacementRequest:
-        preferred = (
-            (config.preferred_segment,)
-            if config.preferred_segment
-            else tuple(config.preferred_segments)
-        )
-        return PlacementRequest(
-            size=size,
-            replica_num=config.replica_num,
-            preferred_names=preferred,
-            writer_host_id=config.host_id,
-            local_first=config.prefer_alloc_in_same_node,
-        )
-
-    def _preempt_locked(self, stale: ObjectMetadata) -> None:
-        """Drop a stuck write; its buffers are freed only after the release timeout."""
-        release_at = stale.put_start_time + self.config.put_start_release_timeout_sec
-        for replica in stale.replicas:
-            heapq.heappush(
-                self._discarded, _DiscardedBuffer(release_at, replica.segment_id, replica.offset)
-            )
-        self._objects.erase(stale.object_id)
+        group = groups[index] if groups is not None else None
+        if upsert:
+            return self._writes.upsert_start(client_id, tenant, key, size, config, group, pin, now)
+        return self._writes.put_start(client_id, tenant, key, size, config, group or "", pin, now)
 
     def put_end(self, client_id: str, tenant: str, key: str) -> ErrorCode:
         """Make a written object visible; see :meth:`batch_put_end`."""
@@ -322,24 +274,9 @@ class MasterService:
 
         Per key: OK (also when every replica is already COMPLETE, so a retry is harmless);
         OBJECT_NOT_FOUND; ILLEGAL_CLIENT when another client started the write; INVALID_WRITE
-        when nothing is in flight.
+        when nothing is in flight. Ends upserts too.
         """
-        return self._per_key(
-            tenant, keys, lambda t, k, now: self._put_end_locked(client_id, t, k, now)
-        )
-
-    def _put_end_locked(self, client_id: str, tenant: str, key: str, now: float) -> ErrorCode:
-        meta = self._objects.get((tenant, key))
-        if meta is None:
-            return ErrorCode.OBJECT_NOT_FOUND
-        if meta.client_id != client_id:
-            return ErrorCode.ILLEGAL_CLIENT
-        if not meta.is_writing():
-            return ErrorCode.OK if meta.is_readable() else ErrorCode.INVALID_WRITE
-        self._objects.mark_complete(meta)
-        self._commit_soft_pin(meta, now)
-        meta.grant_lease(now, 0.0)
-        return ErrorCode.OK
+        return self._per_key(tenant, keys, lambda t, k, now: self._writes.end(client_id, t, k, now))
 
     def put_revoke(self, client_id: str, tenant: str, key: str) -> ErrorCode:
         """Abandon a write; see :meth:`batch_put_revoke`."""
@@ -351,66 +288,8 @@ class MasterService:
         Per key: OK; OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE when nothing is in flight.
         """
         return self._per_key(
-            tenant, keys, lambda t, k, now: self._put_revoke_locked(client_id, t, k, now)
+            tenant, keys, lambda t, k, now: self._writes.revoke(client_id, t, k, now)
         )
-
-    def _put_revoke_locked(self, client_id: str, tenant: str, key: str, now: float) -> ErrorCode:
-        meta = self._objects.get((tenant, key))
-        if meta is None:
-            return ErrorCode.OBJECT_NOT_FOUND
-        if meta.client_id != client_id:
-            return ErrorCode.ILLEGAL_CLIENT
-        doomed = meta.processing_replicas()
-        if not doomed:
-            return ErrorCode.INVALID_WRITE
-        self._release_replicas(meta, doomed, now)
-        return ErrorCode.OK
-
-    def _release_replicas(self, meta: ObjectMetadata, doomed: list[Replica], now: float) -> None:
-        """Free ``doomed`` replicas; erase the object if nothing is left.
-
-        Memory under a live read lease is quarantined until the lease ends instead of being
-        freed: a reader may still be copying out of it, and its transfer is only trusted while
-        the lease holds, so the bytes it sees are never overwritten by a new writer first.
-        """
-        for replica in doomed:
-            if meta.has_live_lease(now):
-                self._discard(replica, meta.lease_timeout)
-            else:
-                self._segments.free(replica.segment_id, replica.offset)
-        self._objects.drop_replicas(meta, doomed)
-        if not meta.replicas:
-            self._objects.erase(meta.object_id)
-
-    def _discard(self, replica: Replica, release_at: float) -> None:
-        heapq.heappush(
-            self._discarded, _DiscardedBuffer(release_at, replica.segment_id, replica.offset)
-        )
-
-    def _resolve_soft_pin(self, config: ReplicateConfig) -> PendingSoftPin | None:
-        """The soft-pin request of a write, or None when it is invalid."""
-        try:
-            action = SoftPinAction(config.soft_pin_action)
-        except ValueError:
-            return None
-        ttl = config.soft_pin_ttl_ms
-        if action != SoftPinAction.ENABLE:
-            return None if ttl is not None else PendingSoftPin(action, 0)
-        ttl = self.config.default_kv_soft_pin_ttl if ttl is None else ttl
-        if not 0 <= ttl <= self.config.max_kv_soft_pin_ttl:
-            return None
-        return PendingSoftPin(action, ttl)
-
-    @staticmethod
-    def _commit_soft_pin(meta: ObjectMetadata, now: float) -> None:
-        pending = meta.pending_soft_pin
-        meta.pending_soft_pin = None
-        if pending is None or pending.action == SoftPinAction.PRESERVE:
-            return
-        if pending.action == SoftPinAction.ENABLE and pending.ttl_ms > 0:
-            meta.soft_pin_deadline = now + pending.ttl_ms / 1000.0
-        else:
-            meta.soft_pin_deadline = 0.0
 
     # ------------------------------------------------------------------------------------------
     # Read path
@@ -441,10 +320,10 @@ class MasterService:
         readable = meta.complete_replicas()
         if not readable:
             return ReplicaListResult(ErrorCode.REPLICA_IS_NOT_READY)
-        meta.grant_lease(now, self._lease_ttl_s)
+        self._state.grant_lease(meta, now)
         return ReplicaListResult(
             ErrorCode.OK,
-            tuple(self._describe(meta, r) for r in readable),
+            tuple(self._state.describe(meta, r) for r in readable),
             self.config.default_kv_lease_ttl,
             meta.size,
         )
@@ -469,7 +348,7 @@ class MasterService:
                 if meta is None or not meta.is_readable():
                     results.append(0)
                 else:
-                    meta.grant_lease(now, self._lease_ttl_s)
+                    self._state.grant_lease(meta, now)
                     results.append(1)
         return results
 
@@ -498,7 +377,7 @@ class MasterService:
             return ErrorCode.REPLICA_IS_NOT_READY
         if not force and meta.has_live_lease(now):
             return ErrorCode.OBJECT_HAS_LEASE
-        self._release_replicas(meta, list(meta.replicas), now)
+        self._state.release_replicas(meta, list(meta.replicas), now)
         return ErrorCode.OK
 
     def remove_by_regex(
@@ -563,22 +442,27 @@ class MasterService:
         Returns:
             The number of replicas and discarded buffers freed.
         """
-        freed = 0
         with self._lock:
-            while self._discarded and self._discarded[0].release_at <= now:
-                buffer = heapq.heappop(self._discarded)
-                self._segments.free(buffer.segment_id, buffer.offset)
-                freed += 1
-            deadline = self.config.put_start_release_timeout_sec
-            for object_id, started in self._objects.oldest_processing():
-                if started + deadline > now:
-                    break
-                meta = self._objects.get(object_id)
-                if meta is not None:
-                    stale = meta.processing_replicas()
-                    self._release_replicas(meta, stale, now)
-                    freed += len(stale)
-        return freed
+            return self._state.free_due_discards(now) + self._writes.sweep_expired(now)
+
+    def evict_once(self, now: float) -> EvictionPass | None:
+        """Run one whole watermark eviction pass (None when memory use does not call for one).
+
+        Holds the lock for the whole pass; the background loop uses :meth:`start_eviction`
+        and :meth:`continue_eviction` instead, to let other calls in between slices.
+        """
+        with self._lock:
+            return self._evictor.evict_once(now)
+
+    def start_eviction(self) -> EvictionPass | None:
+        """Begin a watermark pass if memory use calls for one. O(segments)."""
+        with self._lock:
+            return self._evictor.plan()
+
+    def continue_eviction(self, work: EvictionPass, now: float) -> bool:
+        """Run one bounded slice of ``work``; returns True when the pass is finished."""
+        with self._lock:
+            return self._evictor.run_slice(work, now).done
 
     # ------------------------------------------------------------------------------------------
     # Introspection
@@ -586,6 +470,7 @@ class MasterService:
     def stats(self) -> dict[str, int]:
         """Counts and bytes for metrics and tests."""
         with self._lock:
+            counters = dataclasses.asdict(self._state.counters)
             return {
                 "objects": len(self._objects),
                 "segments": len(self._segments.all_segments()),
@@ -593,7 +478,9 @@ class MasterService:
                 "allocated_bytes": self._segments.used_bytes(),
                 "clients": len(self._clients),
                 "active_clients": self._clients.active_count,
-                "discarded_buffers": len(self._discarded),
+                "discarded_buffers": len(self._state.discarded),
+                "eviction_candidates": len(self._state.policy),
+                **counters,
             }
 
     def check(self) -> None:
@@ -603,22 +490,7 @@ class MasterService:
             AssertionError: state is inconsistent.
         """
         with self._lock:
-            self._objects.check()
-            self._segments.check()
-            live: dict[str, int] = {}
-            for meta in self._objects:
-                for replica in meta.replicas:
-                    if self._segments.get(replica.segment_id) is None:
-                        raise AssertionError(f"{meta.object_id!r} has a replica on a gone segment")
-                    live[replica.segment_id] = live.get(replica.segment_id, 0) + 1
-            discarded: dict[str, int] = {}
-            for buffer in self._discarded:
-                discarded[buffer.segment_id] = discarded.get(buffer.segment_id, 0) + 1
-            for mounted in self._segments.all_segments():
-                sid = mounted.info.id
-                expected = live.get(sid, 0) + discarded.get(sid, 0)
-                if mounted.allocator.allocation_count != expected:
-                    raise AssertionError(f"segment {sid}: allocations leak or double-free")
+            self._state.check()
 
     # ------------------------------------------------------------------------------------------
     # Helpers
@@ -648,21 +520,6 @@ class MasterService:
             return None
         return tenant
 
-    def _describe(self, meta: ObjectMetadata, replica: Replica) -> ReplicaDescriptor:
-        segment = self._segments.get(replica.segment_id)
-        info = segment.info if segment is not None else _GONE_SEGMENT
-        return ReplicaDescriptor(
-            id=replica.id,
-            status=replica.status,
-            segment_id=replica.segment_id,
-            segment_name=info.name,
-            offset=replica.offset,
-            size=meta.size,
-            te_endpoint=info.te_endpoint,
-            host_id=info.host_id,
-            shm_path=info.shm_path,
-        )
-
     def segment_of(self, segment_id: str) -> MountedSegment | None:
         """The mounted segment with this id (for tests and introspection)."""
         with self._lock:
@@ -672,9 +529,6 @@ class MasterService:
         """The metadata of one object (for tests and introspection); do not mutate it."""
         with self._lock:
             return self._objects.get((self._resolve_tenant(tenant) or DEFAULT_TENANT, key))
-
-
-_GONE_SEGMENT = SegmentInfo(id="", name="", base=1, size=1, te_endpoint="")
 
 
 def _key_ok(key: str) -> bool:

@@ -33,8 +33,11 @@ class Plan:
     call_reps: int
     meta_value: int = 64
     lease_ms: int = 1000  # the master's default_kv_lease_ttl for the run (its default: 10 s)
-    budget: float = 0.75  # share of A's segment the run may hold (eviction starts at 0.9)
-    prefill: float = 0.875  # share of A's segment written once up front, to fault its pages in
+    budget: float = 0.8  # share of A's segment the run may hold at once
+    # A's segment is written end to end once up front, to fault its pages in: all of it, since
+    # the master's best-fit allocator prefers the smallest free range, so any unwritten tail
+    # would be used first (and every write there pays first-touch page faults).
+    prefill: float = 1.0
 
 
 def plan_for(quick: bool, tiny: bool) -> Plan:

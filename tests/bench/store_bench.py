@@ -63,6 +63,7 @@ class Bench:
         self.pair: tuple[Child, Child] | None = None
         self.waited_s = 0.0
         self.prefill: dict[str, dict[str, float]] = {}
+        self.waits: list[tuple[str, float]] = []  # (keys about to be written, seconds waited)
         self.pids: dict[str, int] = {}
         self.master_stderr: collections.deque[str] = collections.deque(maxlen=50)
 
@@ -78,8 +79,10 @@ class Bench:
         return child
 
     def start_master(self) -> str:
-        lease = f"{self.plan.lease_ms}ms"
-        master = MasterProcess(args=["--log_level", "WARNING", "--default_kv_lease_ttl", lease])
+        # Shorter read leases than the default (10 s): memory of removed keys comes back sooner.
+        # No eviction: the run keeps A's segment under its budget itself, and pre-fills all of it.
+        args = ["--log_level", "WARNING", "--default_kv_lease_ttl", f"{self.plan.lease_ms}ms"]
+        master = MasterProcess(args=[*args, "--eviction_high_watermark_ratio", "1.0"])
         self.stack.callback(master.stop)
         master.start()
         self.pids["master"] = master.pid
@@ -172,7 +175,10 @@ class Bench:
         batch: int,
         row: RowAccumulator | None = None,
     ) -> dict[str, Any]:
+        waited = self.budget.waited_s
         self.budget.reserve(n * size)
+        if self.budget.waited_s > waited:
+            self.waits.append((prefix, round(self.budget.waited_s - waited, 3)))
         return self.command(worker, "put", prefix, n, size, batch, row)
 
     def remove(self, prefix: str, n: int, size: int, leased: bool = True) -> None:
@@ -194,7 +200,7 @@ class Bench:
             worker.call(cmd="setup", master=master, segment=segment, buffer=buffer, profile=profile)
         size = max(plan.sizes)
         batch = plan.batches[size]
-        n = max(batch, int(plan.segment * plan.prefill) // size // batch * batch)
+        n = max(1, int(plan.segment * plan.prefill) // size)
         self.note(f"{path}: pre-filling A's segment ({n} x {size_label(size)})")
         prefix = f"{self.tag}/{path}/prefill"
         self.budget.capacity = max(self.budget.capacity, n * size)
@@ -378,6 +384,7 @@ def run(quick: bool = False, tiny: bool = False, profile: str = "") -> dict[str,
         "verification": bench.check.summary(),
         "pids": bench.pids,
         "budget_wait_s": bench.waited_s,
+        "budget_waits": bench.waits,
         "prefill": bench.prefill,
     }
 

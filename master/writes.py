@@ -1,0 +1,296 @@
+"""The write path: put and upsert start, end and revoke, and the sweep of stuck writes.
+
+Put is first-writer-wins: a key with a readable replica, or with a write younger than
+``put_start_discard_timeout_sec``, answers OBJECT_ALREADY_EXISTS; an older unfinished write is
+preempted, its memory held until ``put_start_release_timeout_sec`` in case its writer is still
+copying. Upsert replaces: a same-size object is rewritten in place (its replicas go back to
+PROCESSING, so it is unreadable until the write ends), a different-size object gets new
+replicas, and either way hard pin and a live soft pin are kept. An upsert of an object that a
+reader holds (live read lease) answers OBJECT_REPLICA_BUSY.
+
+Every method here is called by the service facade under its lock, with ``now`` already read.
+"""
+
+from __future__ import annotations
+
+from mooncake_py.errors import ErrorCode
+from mooncake_py.master.evictor import Evictor
+from mooncake_py.master.metadata import ObjectMetadata, PendingSoftPin, Replica
+from mooncake_py.master.segments import Allocation, PlacementRequest
+from mooncake_py.master.state import StoreState
+from mooncake_py.types import PutStartResult, ReplicaStatus, ReplicateConfig, SoftPinAction
+
+
+def placement_request(size: int, config: ReplicateConfig) -> PlacementRequest:
+    """What placement needs from a write's config."""
+    preferred = (
+        (config.preferred_segment,)
+        if config.preferred_segment
+        else tuple(config.preferred_segments)
+    )
+    return PlacementRequest(
+        size=size,
+        replica_num=config.replica_num,
+        preferred_names=preferred,
+        writer_host_id=config.host_id,
+        local_first=config.prefer_alloc_in_same_node,
+    )
+
+
+class WritePath:
+    """Put/upsert logic over a :class:`StoreState`."""
+
+    def __init__(self, state: StoreState, evictor: Evictor) -> None:
+        self._state = state
+        self._evictor = evictor
+
+    # -- validation ------------------------------------------------------------------------
+
+    def resolve_soft_pin(self, config: ReplicateConfig) -> PendingSoftPin | None:
+        """The soft-pin request of a write, or None when it is invalid (as upstream):
+        PRESERVE or DISABLE with a TTL, an unknown action, or a TTL above the maximum."""
+        try:
+            action = SoftPinAction(config.soft_pin_action)
+        except ValueError:
+            return None
+        ttl = config.soft_pin_ttl_ms
+        if action != SoftPinAction.ENABLE:
+            return None if ttl is not None else PendingSoftPin(action, 0)
+        limits = self._state.config
+        ttl = limits.default_kv_soft_pin_ttl if ttl is None else ttl
+        if not 0 <= ttl <= limits.max_kv_soft_pin_ttl:
+            return None
+        return PendingSoftPin(action, ttl)
+
+    # -- start -----------------------------------------------------------------------------
+
+    def put_start(
+        self,
+        client_id: str,
+        tenant: str,
+        key: str,
+        size: int,
+        config: ReplicateConfig,
+        group_id: str,
+        pin: PendingSoftPin,
+        now: float,
+    ) -> PutStartResult:
+        """Reserve replicas for a new object (first writer wins)."""
+        existing = self._state.objects.get((tenant, key))
+        if existing is not None:
+            deadline = existing.put_start_time + self._state.config.put_start_discard_timeout_sec
+            if existing.is_readable() or deadline >= now:
+                return PutStartResult(ErrorCode.OBJECT_ALREADY_EXISTS)
+            self._preempt(existing, existing.put_start_time)
+        return self._create(client_id, tenant, key, size, config, group_id, pin, now, None)
+
+    def upsert_start(
+        self,
+        client_id: str,
+        tenant: str,
+        key: str,
+        size: int,
+        config: ReplicateConfig,
+        group_id: str | None,
+        pin: PendingSoftPin,
+        now: float,
+    ) -> PutStartResult:
+        """Reserve replicas to create or replace an object.
+
+        ``group_id`` None keeps the object's group; a different group than the existing
+        object's is INVALID_PARAMS (membership is fixed while the object exists).
+        """
+        existing = self._state.objects.get((tenant, key))
+        if existing is None:
+            return self._create(
+                client_id, tenant, key, size, config, group_id or "", pin, now, None
+            )
+        if group_id is not None and group_id != existing.group_id:
+            return PutStartResult(ErrorCode.INVALID_PARAMS)
+        if existing.is_readable() and existing.has_live_lease(now):
+            return PutStartResult(ErrorCode.OBJECT_REPLICA_BUSY)
+        if existing.is_writing():
+            # An unfinished put or upsert loses at once; its writer may still be copying.
+            stuck = existing.processing_replicas()
+            for replica in stuck:
+                self._state.discard(replica, now + self._state.config.put_start_release_timeout_sec)
+            self._state.objects.drop_replicas(existing, stuck)
+            if not existing.replicas:
+                self._state.erase(existing.object_id)
+                return self._create(
+                    client_id, tenant, key, size, config, existing.group_id, pin, now, existing
+                )
+        existing.hard_pinned = existing.hard_pinned or config.with_hard_pin
+        if existing.hard_pinned:
+            self._state.policy.on_removed(existing.object_id)
+        if existing.size == size:
+            return self._rewrite_in_place(existing, client_id, pin, now)
+        return self._replace(existing, client_id, size, config, pin, now)
+
+    def _rewrite_in_place(
+        self, meta: ObjectMetadata, client_id: str, pin: PendingSoftPin, now: float
+    ) -> PutStartResult:
+        meta.client_id = client_id
+        meta.put_start_time = now
+        meta.pending_soft_pin = pin
+        self._state.objects.mark_processing(meta)
+        replicas = tuple(self._state.describe(meta, r) for r in meta.replicas)
+        return PutStartResult(ErrorCode.OK, replicas)
+
+    def _replace(
+        self,
+        meta: ObjectMetadata,
+        client_id: str,
+        size: int,
+        config: ReplicateConfig,
+        pin: PendingSoftPin,
+        now: float,
+    ) -> PutStartResult:
+        # Allocate before letting go of the old bytes: a rejected upsert changes nothing. The
+        # object is unleased, so eviction may take it meanwhile; then this is a plain create.
+        allocations = self._evictor.allocate_evicting(placement_request(size, config), now)
+        if not allocations:
+            return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
+        if self._state.objects.get(meta.object_id) is not meta:
+            return self._insert(allocations, client_id, meta, size, config, pin, now, meta)
+        self._state.release_replicas(meta, list(meta.replicas), now, keep_object=True)
+        meta.client_id = client_id
+        meta.put_start_time = now
+        meta.size = size
+        meta.pending_soft_pin = pin
+        replicas = self._new_replicas(allocations, size)
+        self._state.objects.add_replicas(meta, replicas)
+        return PutStartResult(ErrorCode.OK, tuple(self._state.describe(meta, r) for r in replicas))
+
+    def _create(
+        self,
+        client_id: str,
+        tenant: str,
+        key: str,
+        size: int,
+        config: ReplicateConfig,
+        group_id: str,
+        pin: PendingSoftPin,
+        now: float,
+        predecessor: ObjectMetadata | None,
+    ) -> PutStartResult:
+        allocations = self._evictor.allocate_evicting(placement_request(size, config), now)
+        if not allocations:
+            return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
+        identity = ObjectMetadata(tenant, key, size, client_id, now, [], group_id=group_id)
+        return self._insert(allocations, client_id, identity, size, config, pin, now, predecessor)
+
+    def _insert(
+        self,
+        allocations: list[Allocation],
+        client_id: str,
+        identity: ObjectMetadata,
+        size: int,
+        config: ReplicateConfig,
+        pin: PendingSoftPin,
+        now: float,
+        predecessor: ObjectMetadata | None,
+    ) -> PutStartResult:
+        """Insert a new object at ``identity``'s (tenant, key, group), written by ``client_id``.
+
+        A replaced ``predecessor`` passes on its hard pin and its live soft pin.
+        """
+        meta = ObjectMetadata(
+            tenant=identity.tenant,
+            key=identity.key,
+            size=size,
+            client_id=client_id,
+            put_start_time=now,
+            replicas=self._new_replicas(allocations, size),
+            data_type=int(config.data_type),
+            hard_pinned=config.with_hard_pin or bool(predecessor and predecessor.hard_pinned),
+            pending_soft_pin=pin,
+            group_id=identity.group_id,
+        )
+        if predecessor is not None and predecessor.soft_pin_deadline > now:
+            meta.soft_pin_deadline = predecessor.soft_pin_deadline
+        self._state.objects.insert(meta)
+        return PutStartResult(
+            ErrorCode.OK, tuple(self._state.describe(meta, r) for r in meta.replicas)
+        )
+
+    def _new_replicas(self, allocations: list[Allocation], size: int) -> list[Replica]:
+        return [
+            Replica(
+                self._state.next_replica_id(),
+                a.segment.info.id,
+                a.offset,
+                size,
+                ReplicaStatus.PROCESSING,
+            )
+            for a in allocations
+        ]
+
+    def _preempt(self, stale: ObjectMetadata, started: float) -> None:
+        """Drop a stuck write; its buffers are freed only after the release timeout."""
+        release_at = started + self._state.config.put_start_release_timeout_sec
+        for replica in stale.replicas:
+            self._state.discard(replica, release_at)
+        self._state.erase(stale.object_id)
+
+    # -- end and revoke --------------------------------------------------------------------
+
+    def end(self, client_id: str, tenant: str, key: str, now: float) -> ErrorCode:
+        """Make the written replicas COMPLETE: the object becomes readable atomically.
+
+        Returns OK (also for a retry after success), OBJECT_NOT_FOUND, ILLEGAL_CLIENT (another
+        client started the write) or INVALID_WRITE (nothing in flight).
+        """
+        meta = self._state.objects.get((tenant, key))
+        if meta is None:
+            return ErrorCode.OBJECT_NOT_FOUND
+        if meta.client_id != client_id:
+            return ErrorCode.ILLEGAL_CLIENT
+        if not meta.is_writing():
+            return ErrorCode.OK if meta.is_readable() else ErrorCode.INVALID_WRITE
+        self._state.mark_readable(meta)
+        _commit_soft_pin(meta, now)
+        meta.grant_lease(now, 0.0)
+        return ErrorCode.OK
+
+    def revoke(self, client_id: str, tenant: str, key: str, now: float) -> ErrorCode:
+        """Free the in-flight replicas; an object left with none disappears.
+
+        Returns OK, OBJECT_NOT_FOUND, ILLEGAL_CLIENT or INVALID_WRITE (nothing in flight).
+        """
+        meta = self._state.objects.get((tenant, key))
+        if meta is None:
+            return ErrorCode.OBJECT_NOT_FOUND
+        if meta.client_id != client_id:
+            return ErrorCode.ILLEGAL_CLIENT
+        doomed = meta.processing_replicas()
+        if not doomed:
+            return ErrorCode.INVALID_WRITE
+        self._state.release_replicas(meta, doomed, now)
+        return ErrorCode.OK
+
+    def sweep_expired(self, now: float) -> int:
+        """Free writes never ended within the release timeout; returns replicas freed."""
+        freed = 0
+        deadline = self._state.config.put_start_release_timeout_sec
+        for object_id, started in self._state.objects.oldest_processing():
+            if started + deadline > now:
+                break
+            meta = self._state.objects.get(object_id)
+            if meta is not None:
+                stale = meta.processing_replicas()
+                self._state.release_replicas(meta, stale, now)
+                freed += len(stale)
+        return freed
+
+
+def _commit_soft_pin(meta: ObjectMetadata, now: float) -> None:
+    """Apply the write's soft-pin action when it completes (never extended by reads)."""
+    pending = meta.pending_soft_pin
+    meta.pending_soft_pin = None
+    if pending is None or pending.action == SoftPinAction.PRESERVE:
+        return
+    if pending.action == SoftPinAction.ENABLE and pending.ttl_ms > 0:
+        meta.soft_pin_deadline = now + pending.ttl_ms / 1000.0
+    else:
+        meta.soft_pin_deadline = 0.0
