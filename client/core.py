@@ -30,7 +30,7 @@ from mooncake_py.client.master_client import MasterClient
 from mooncake_py.client.segment import LocalSegment, host_id, remove_stale_segment_files
 from mooncake_py.client.transfer import TransferServer
 from mooncake_py.errors import ErrorCode, MasterUnavailableError, MooncakeError
-from mooncake_py.types import ReplicaListResult, ReplicateConfig, SegmentInfo
+from mooncake_py.types import PutStartResult, ReplicaListResult, ReplicateConfig, SegmentInfo
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +129,19 @@ class ClientCore:
     # -- writes ----------------------------------------------------------------------------
 
     def put_many(
-        self, keys: Sequence[str], values: Sequence[Sequence[memoryview]], config: ReplicateConfig
+        self,
+        keys: Sequence[str],
+        values: Sequence[Sequence[memoryview]],
+        config: ReplicateConfig,
+        upsert: bool = False,
     ) -> list[int]:
         """Store ``values[i]`` (its parts concatenated) under ``keys[i]``.
 
+        Args:
+            upsert: replace existing values instead of keeping them (first writer wins).
+
         Returns:
-            Per key: 0 (also when the key already existed) or a negative code.
+            Per key: 0 (for a put, also when the key already existed) or a negative code.
         """
         if len(keys) != len(values):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
@@ -142,18 +149,11 @@ class ClientCore:
             return []
         sizes = [sum(len(p) for p in parts) for parts in values]
         if 0 in sizes:
-            return self._put_skipping_empty(keys, values, sizes, config)
+            return self._put_skipping_empty(keys, values, sizes, config, upsert)
         if not config.host_id:
             config = _with_host(config, self.host_id)
         try:
-            if len(keys) == 1:
-                starts = [
-                    self.master.put_start(self.client_id, self.tenant, keys[0], sizes[0], config)
-                ]
-            else:
-                starts = self.master.batch_put_start(
-                    self.client_id, self.tenant, keys, sizes, config
-                )
+            starts = self._start(keys, sizes, config, upsert)
         except MasterUnavailableError as exc:
             return [exc.code] * len(keys)
         results = [_success_if_exists(s.code) for s in starts]
@@ -172,18 +172,31 @@ class ClientCore:
                 results[i] = exc.code
         return results
 
+    def _start(
+        self, keys: Sequence[str], sizes: list[int], config: ReplicateConfig, upsert: bool
+    ) -> list[PutStartResult]:
+        client, tenant = self.client_id, self.tenant
+        if len(keys) == 1:
+            start = self.master.upsert_start if upsert else self.master.put_start
+            return [start(client, tenant, keys[0], sizes[0], config)]
+        batch_start = self.master.batch_upsert_start if upsert else self.master.batch_put_start
+        return batch_start(client, tenant, keys, sizes, config)
+
     def _put_skipping_empty(
         self,
         keys: Sequence[str],
         values: Sequence[Sequence[memoryview]],
         sizes: list[int],
         config: ReplicateConfig,
+        upsert: bool,
     ) -> list[int]:
         """Empty values are INVALID_PARAMS; the other keys are written as usual."""
         results = [int(ErrorCode.INVALID_PARAMS)] * len(keys)
         kept = [i for i, size in enumerate(sizes) if size > 0]
         if kept:
-            written = self.put_many([keys[i] for i in kept], [values[i] for i in kept], config)
+            written = self.put_many(
+                [keys[i] for i in kept], [values[i] for i in kept], config, upsert
+            )
             for i, code in zip(kept, written, strict=True):
                 results[i] = code
         return results

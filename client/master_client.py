@@ -212,6 +212,37 @@ class MasterClient:
         )
         return [_decode_put_start(r) for r in self._call("BatchPutStart", request).results]
 
+    def upsert_start(
+        self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
+    ) -> PutStartResult:
+        """UpsertStart for one key (finish with put_end / put_revoke)."""
+        request = pb.PutStartRequest(
+            client_id=client_id,
+            key=key,
+            value_length=size,
+            config=encode_config(config),
+            tenant_id=tenant,
+        )
+        return _decode_put_start(self._call("UpsertStart", request))
+
+    def batch_upsert_start(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        config: ReplicateConfig,
+    ) -> list[PutStartResult]:
+        """BatchUpsertStart: one result per key, in order."""
+        request = pb.BatchPutStartRequest(
+            client_id=client_id,
+            keys=keys,
+            value_lengths=sizes,
+            config=encode_config(config),
+            tenant_id=tenant,
+        )
+        return [_decode_put_start(r) for r in self._call("BatchUpsertStart", request).results]
+
     def put_end(self, client_id: str, tenant: str, key: str) -> int:
         """PutEnd for one key; returns a code."""
         return int(

@@ -169,34 +169,27 @@ class MooncakeDistributedStore:
 
     def put(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
         """Store ``value`` under ``key``; 0 on success or when the key exists, else negative."""
-        return self._put([key], [[_bytes_view(value)]], config)[0]
+        return self._write([key], [[_bytes_view(value)]], config, upsert=False)[0]
 
     def put_batch(
         self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None
     ) -> int:
         """Store each value; returns 0 or the first per-key error."""
-        if len(keys) != len(values):
-            return INVALID
-        results = self._put(keys, [[_bytes_view(v)] for v in values], config)
-        return next((code for code in results if code != OK), OK)
+        return self._write_batch(keys, values, config, upsert=False)
 
     def put_parts(self, key: str, *parts: Any, config: ReplicateConfig | None = None) -> int:
-        """Store the concatenation of ``parts`` without joining them first."""
-        views = []
-        for part in parts:
-            view = memoryview(part)
-            if view.ndim != 1:
-                raise MooncakeError(
-                    ErrorCode.INVALID_PARAMS, "put_parts takes one-dimensional buffers"
-                )
-            views.append(_bytes_view(view))
-        return self._put([key], [views], config)[0]
+        """Store the concatenation of ``parts`` without joining them first.
+
+        Raises:
+            MooncakeError: a part is not a one-dimensional buffer (as upstream).
+        """
+        return self._write([key], [_parts_views(parts)], config, upsert=False)[0]
 
     def put_from(
         self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
     ) -> int:
         """Store ``size`` bytes read from registered memory at ``buffer_ptr``."""
-        return self.batch_put_from([key], [buffer_ptr], [size], config)[0]
+        return self._write_from([key], [buffer_ptr], [size], config, upsert=False)[0]
 
     def batch_put_from(
         self,
@@ -206,23 +199,81 @@ class MooncakeDistributedStore:
         config: ReplicateConfig | None = None,
     ) -> list[int]:
         """Store each ``sizes[i]`` bytes at ``buffer_ptrs[i]`` under ``keys[i]``; per-key codes."""
+        return self._write_from(keys, buffer_ptrs, sizes, config, upsert=False)
+
+    def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
+        """Create or replace ``key``; 0, OBJECT_REPLICA_BUSY (-714) while a reader holds it,
+        or another negative code."""
+        return self._write([key], [[_bytes_view(value)]], config, upsert=True)[0]
+
+    def upsert_batch(
+        self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None
+    ) -> int:
+        """Create or replace each key; returns 0 or the first per-key error."""
+        return self._write_batch(keys, values, config, upsert=True)
+
+    def upsert_parts(self, key: str, *parts: Any, config: ReplicateConfig | None = None) -> int:
+        """Create or replace ``key`` with the concatenation of ``parts``."""
+        return self._write([key], [_parts_views(parts)], config, upsert=True)[0]
+
+    def upsert_from(
+        self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
+    ) -> int:
+        """Create or replace ``key`` from registered memory."""
+        return self._write_from([key], [buffer_ptr], [size], config, upsert=True)[0]
+
+    def batch_upsert_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        config: ReplicateConfig | None = None,
+    ) -> list[int]:
+        """Create or replace each key from registered memory; per-key codes."""
+        return self._write_from(keys, buffer_ptrs, sizes, config, upsert=True)
+
+    def _write_batch(
+        self,
+        keys: Sequence[str],
+        values: Sequence[Any],
+        config: ReplicateConfig | None,
+        upsert: bool,
+    ) -> int:
+        if len(keys) != len(values):
+            return INVALID
+        results = self._write(keys, [[_bytes_view(v)] for v in values], config, upsert)
+        return next((code for code in results if code != OK), OK)
+
+    def _write_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        config: ReplicateConfig | None,
+        upsert: bool,
+    ) -> list[int]:
         if not len(keys) == len(buffer_ptrs) == len(sizes):
             return [INVALID] * len(keys)
         views = [self._registered_view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
         valid = [i for i, v in enumerate(views) if v is not None]
         results = [INVALID] * len(keys)
-        written = self._put([keys[i] for i in valid], [[views[i]] for i in valid], config)  # type: ignore[list-item]
+        values = [[view] for view in views if view is not None]
+        written = self._write([keys[i] for i in valid], values, config, upsert)
         for i, code in zip(valid, written, strict=True):
             results[i] = code
         return results
 
-    def _put(
-        self, keys: Sequence[str], values: list[list[memoryview]], config: ReplicateConfig | None
+    def _write(
+        self,
+        keys: Sequence[str],
+        values: list[list[memoryview]],
+        config: ReplicateConfig | None,
+        upsert: bool,
     ) -> list[int]:
         core = self._core
         if core is None or not _keys_ok(keys):
             return [INVALID] * len(keys)
-        return core.put_many(keys, values, config or ReplicateConfig())
+        return core.put_many(keys, values, config or ReplicateConfig(), upsert)
 
     # ------------------------------------------------------------------------------------------
     # Reads
@@ -383,6 +434,16 @@ class MooncakeDistributedStore:
             return core.master.remove_all(core.tenant, force)
         except MooncakeError as exc:
             return exc.code
+
+
+def _parts_views(parts: Sequence[Any]) -> list[memoryview]:
+    views = []
+    for part in parts:
+        view = memoryview(part)
+        if view.ndim != 1:
+            raise MooncakeError(ErrorCode.INVALID_PARAMS, "parts must be one-dimensional buffers")
+        views.append(_bytes_view(view))
+    return views
 
 
 def _keys_ok(keys: Sequence[str]) -> bool:

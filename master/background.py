@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 REAP_INTERVAL_S = 1.0
 # Stuck writes are swept every second; each sweep stops at the first write still in time.
 SWEEP_INTERVAL_S = 1.0
+# Memory use is checked this often, as upstream's eviction thread does.
+EVICTION_INTERVAL_S = 0.01
 
 
 async def run_every(
@@ -31,6 +33,22 @@ async def run_every(
             step(clock())
         except Exception:
             log.exception("background step %s failed", getattr(step, "__name__", step))
+
+
+async def evict_forever(service: MasterService, clock: Callable[[], float]) -> None:
+    """Check memory use every ``EVICTION_INTERVAL_S``; run due passes slice by slice.
+
+    Between slices the event loop serves other requests, so one pass never holds the service
+    lock for longer than one slice.
+    """
+    while True:
+        await asyncio.sleep(EVICTION_INTERVAL_S)
+        try:
+            work = service.start_eviction()
+            while work is not None and not service.continue_eviction(work, clock()):
+                await asyncio.sleep(0)
+        except Exception:
+            log.exception("eviction pass failed")
 
 
 class BackgroundLoops:
@@ -55,6 +73,7 @@ class BackgroundLoops:
             (SWEEP_INTERVAL_S, self._service.sweep_expired_puts),
         ]
         self._tasks = [asyncio.create_task(run_every(i, s, self._clock)) for i, s in steps]
+        self._tasks.append(asyncio.create_task(evict_forever(self._service, self._clock)))
 
     async def stop(self) -> None:
         """Cancel every timer and wait for them to finish."""

@@ -211,6 +211,34 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         )
         return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
 
+    @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
+    async def UpsertStart(self, request: pb.PutStartRequest, context: Any) -> pb.PutStartResponse:
+        result = self._service.upsert_start(
+            request.client_id,
+            request.tenant_id,
+            request.key,
+            request.value_length,
+            decode_config(request.config),
+        )
+        return encode_put_start(result)
+
+    @_guarded(
+        lambda r: pb.BatchPutStartResponse(
+            results=[pb.PutStartResponse(code=_INTERNAL)] * len(r.keys)
+        )
+    )
+    async def BatchUpsertStart(
+        self, request: pb.BatchPutStartRequest, context: Any
+    ) -> pb.BatchPutStartResponse:
+        results = self._service.batch_upsert_start(
+            request.client_id,
+            request.tenant_id,
+            list(request.keys),
+            list(request.value_lengths),
+            decode_config(request.config),
+        )
+        return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
+
     @_guarded(_status_failure)
     async def PutEnd(self, request: pb.KeyRequest, context: Any) -> pb.StatusResponse:
         code = self._service.put_end(request.client_id, request.tenant_id, request.key)

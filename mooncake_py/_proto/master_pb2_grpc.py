@@ -89,6 +89,16 @@ class MasterServiceStub:
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchKeysRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
                 _registered_method=True)
+        self.UpsertStart = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/UpsertStart',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.PutStartRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.PutStartResponse.FromString,
+                _registered_method=True)
+        self.BatchUpsertStart = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/BatchUpsertStart',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.FromString,
+                _registered_method=True)
         self.GetReplicaList = channel.unary_unary(
                 '/mooncake_py.v1.MasterService/GetReplicaList',
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.KeyRequest.SerializeToString,
@@ -202,6 +212,20 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpsertStart(self, request, context):
+        """Create or replace; finish with PutEnd / PutRevoke (upstream's UpsertEnd / UpsertRevoke
+        are the same operations).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchUpsertStart(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetReplicaList(self, request, context):
         """Read and query path. Successful lookups grant a read lease.
         """
@@ -309,6 +333,16 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.BatchPutRevoke,
                     request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchKeysRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.SerializeToString,
+            ),
+            'UpsertStart': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpsertStart,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.PutStartRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.PutStartResponse.SerializeToString,
+            ),
+            'BatchUpsertStart': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchUpsertStart,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.SerializeToString,
             ),
             'GetReplicaList': grpc.unary_unary_rpc_method_handler(
                     servicer.GetReplicaList,
@@ -648,6 +682,60 @@ class MasterService:
             '/mooncake_py.v1.MasterService/BatchPutRevoke',
             mooncake__py_dot___proto_dot_master__pb2.BatchKeysRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpsertStart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/UpsertStart',
+            mooncake__py_dot___proto_dot_master__pb2.PutStartRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.PutStartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchUpsertStart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/BatchUpsertStart',
+            mooncake__py_dot___proto_dot_master__pb2.BatchPutStartRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.FromString,
             options,
             channel_credentials,
             insecure,

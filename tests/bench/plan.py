@@ -193,12 +193,6 @@ class SegmentBudget:
         if leased:
             self.pending.append((time.monotonic() + self.release_after_s, nbytes))
 
-    def drain(self) -> None:
-        """Wait until every removed byte is free again."""
-        if self.pending:
-            self._sleep_until(max(at for at, _ in self.pending))
-        self._reclaim()
-
     def _sleep_until(self, deadline: float) -> None:
         delay = max(0.0, deadline - time.monotonic())
         time.sleep(delay)
