@@ -8,8 +8,10 @@
 - gRPC echo: a ``grpc.aio`` server with a generic bytes-identity handler, called sequentially
   by a synchronous ``grpc`` client (what the store's master calls are made of).
 
-The servers run in one child process (``python -m tests.bench.limits``), which prints its ports
-as a JSON line and exits when its stdin closes or on SIGTERM.
+The servers run in two child processes, ``python -m tests.bench.limits sockets`` (stream and
+ping-pong) and ``... grpc`` (the echo; kept apart so that gRPC's threads never compete with the
+stream sender for its GIL). Each prints its ports as a JSON line and exits when its stdin closes
+or on SIGTERM.
 """
 
 from __future__ import annotations
@@ -180,22 +182,28 @@ async def _echo(request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
     return request
 
 
-async def _serve_children(out: Any) -> None:
+async def _serve(out: Any, role: str) -> None:
+    """Serve ``role`` ("sockets": stream and ping-pong; "grpc": the echo) until stopped."""
+    info: dict[str, Any] = {"ready": True, "pid": os.getpid()}
     listeners = []
-    for handler in (_stream_connection, _pong_connection):
-        listener = socket.create_server(("127.0.0.1", 0))
-        listeners.append(listener)
-        threading.Thread(target=_serve_forever, args=(listener, handler), daemon=True).start()
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                ECHO_SERVICE, {"Echo": grpc.unary_unary_rpc_method_handler(_echo)}
-            ),
+    server = None
+    if role == "sockets":
+        for name, handler in (("stream_port", _stream_connection), ("pong_port", _pong_connection)):
+            listener = socket.create_server(("127.0.0.1", 0))
+            listeners.append(listener)
+            info[name] = listener.getsockname()[1]
+            threading.Thread(target=_serve_forever, args=(listener, handler), daemon=True).start()
+    else:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    ECHO_SERVICE, {"Echo": grpc.unary_unary_rpc_method_handler(_echo)}
+                ),
+            )
         )
-    )
-    grpc_port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+        info["grpc_port"] = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -203,25 +211,21 @@ async def _serve_children(out: Any) -> None:
     threading.Thread(
         target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(stop.set)), daemon=True
     ).start()
-    reply(
-        out,
-        {
-            "ready": True,
-            "pid": os.getpid(),
-            "stream_port": listeners[0].getsockname()[1],
-            "pong_port": listeners[1].getsockname()[1],
-            "grpc_port": grpc_port,
-        },
-    )
+    reply(out, info)
     await stop.wait()
-    await server.stop(0)
+    if server is not None:
+        await server.stop(0)
     for listener in listeners:
         listener.close()
 
 
 def main() -> int:
-    """Run the limit servers until stdin closes or SIGTERM."""
-    asyncio.run(_serve_children(protocol_stdout()))
+    """Run the limit servers of the role named by the first argument until stdin closes."""
+    role = sys.argv[1] if len(sys.argv) > 1 else "sockets"
+    if role not in ("sockets", "grpc"):
+        print(f"unknown role {role!r}", file=sys.stderr)
+        return 2
+    asyncio.run(_serve(protocol_stdout(), role))
     return 0
 
 

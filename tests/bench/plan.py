@@ -184,6 +184,8 @@ class SegmentBudget:
         if nbytes > self.capacity:
             raise ValueError(f"{nbytes} bytes never fit in a budget of {self.capacity}")
         while self.held() + nbytes > self.capacity:
+            if not self.pending:
+                raise RuntimeError(f"{self.live} live bytes leave no room for {nbytes} more")
             self._sleep_until(min(at for at, _ in self.pending))
         self.live += nbytes
 

@@ -132,6 +132,7 @@ LEGEND = (
     "ping-pong: sequential 64-byte round trips over loopback TCP (reference for small calls).",
     "grpc echo N: grpc.aio generic echo server in another process, sync client, sequential calls;",
     "  N = serialized size of the master request the row makes (keys/s = calls/s x keys).",
+    "A fraction near or above 100% is within the limit's spread on this shared machine.",
 )
 
 
@@ -146,26 +147,28 @@ def table(results: dict[str, Any]) -> str:
         "MB = 10^6 bytes. Rates are medians over reps (workloads: a rep = one round of calls;",
         "limits: reps taken half before and half after the workloads); p50/p99 are per call.",
         "",
-        f"{'Limit':<20} {'median':>15} {'p50 us':>8} {'p99 us':>8} {'reps':>5}",
+        f"{'Limit':<20} {'median':>15} {'p50 us':>8} {'p99 us':>8} {'reps':>5}  "
+        "reps min..max (the machine's noise)",
     ]
     for limit in results["limits"].values():
-        reps = limit.get("reps_MBps") or limit.get("reps_ops") or []
+        reps = limit.get("reps_MBps") or limit.get("reps_ops") or [0.0]
         lines.append(
             f"{limit['label']:<20} {_fmt_rate(limit['value'], limit['unit']):>15} "
-            f"{_fmt_us(limit.get('p50_us')):>8} {_fmt_us(limit.get('p99_us')):>8} {len(reps):>5}"
+            f"{_fmt_us(limit.get('p50_us')):>8} {_fmt_us(limit.get('p99_us')):>8} {len(reps):>5}  "
+            f"{min(reps):,.0f}..{max(reps):,.0f}"
         )
     lines += [
         "",
         "A = process owning the segment; B = another process, no segment (its puts land in A's).",
-        f"{'Workload':<34} {'mooncake-py':>15} {'p50 us':>8} {'p99 us':>8}  "
+        f"{'Workload':<34} {'mooncake-py':>15} {'p50 us':>8} {'p99 us':>8} {'calls':>6}  "
         f"{'limit':<18} {'limit value':>15} {'of limit':>8}",
     ]
     for row in results["rows"]:
         fraction = row.get("fraction")
         lines.append(
             f"{row['label']:<34} {_fmt_rate(row['value'], row['unit']):>15} "
-            f"{_fmt_us(row.get('p50_us')):>8} {_fmt_us(row.get('p99_us')):>8}  "
-            f"{row.get('limit_label', '-'):<18} "
+            f"{_fmt_us(row.get('p50_us')):>8} {_fmt_us(row.get('p99_us')):>8} "
+            f"{row.get('calls', 0):>6}  {row.get('limit_label', '-'):<18} "
             f"{_fmt_rate(row.get('limit_value', 0.0), row['unit']):>15} "
             f"{'-' if fraction is None else f'{fraction:.0%}':>8}"
         )
@@ -179,10 +182,15 @@ def table(results: dict[str, Any]) -> str:
         f"{check['error_count']} errors",
     ]
     lines += [f"  {error}" for error in check["errors"][:10]]
-    lines.append(
-        f"rounds: {params['rounds']} (+{params['warmup']} warm-up) of {params['values']} "
-        f"per path; run took {results['duration_s']:.1f} s"
-    )
+    lines += [
+        f"rounds: {params['rounds']} (+{params['warmup']} warm-up) of {params['values']} per "
+        "path, fresh keys every round.",
+        f"A's segment: {size_label(params['segment'])}, written end to end before timing, so "
+        "timed calls pay no first-touch page faults.",
+        f"master: read lease {params['lease_ms']} ms, no eviction; untimed waits for the memory "
+        f"of removed keys (held until their lease ends): {results['budget_wait_s']:.1f} s.",
+        f"run took {results['duration_s']:.1f} s",
+    ]
     return "\n".join(lines)
 
 

@@ -13,6 +13,11 @@ It measures the limits (memcpy, loopback socket stream and ping-pong, bare gRPC 
   and ``batch_get_into``, and writing with ``put_from`` (its values land in A's segment);
 - ``is_exist`` (present and absent key) and ``batch_is_exist`` latency from B.
 
+Keys are fresh every round and removed after it (``batch_remove(force=True)``). The master runs
+with 1 s read leases and no eviction; A's segment is written end to end before anything is timed
+(first writes into fresh shared memory are many times slower here), and the run keeps what A's
+segment holds, including removed-but-still-leased memory, under a budget (:mod:`.plan`).
+
 Every value read is stamp-checked, one call per round is compared byte for byte. The report
 (stdout) gives each figure, the matching limit and the fraction reached; the JSON record (default
 ``bench-results/store-bench-<timestamp>.json``) holds every figure plus the machine and package
@@ -32,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +50,15 @@ from tests.bench.report import RowAccumulator, limit_figure, machine, packages, 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def _stop_and_clean(child: Child) -> None:
+    """Stop a child; if it died without closing its store, delete the segment file it left
+    (``/dev/shm/mooncake_py-<pid>-<uuid>``, as :mod:`mooncake_py.client.segment` names them)."""
+    child.stop()
+    for leftover in Path("/dev/shm").glob(f"mooncake_py-{child.pid}-*"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
 
 
 class Bench:
@@ -65,6 +80,7 @@ class Bench:
         self.prefill: dict[str, dict[str, float]] = {}
         self.waits: list[tuple[str, float]] = []  # (keys about to be written, seconds waited)
         self.pids: dict[str, int] = {}
+        self.payloads: dict[str, int] = {}
         self.master_stderr: collections.deque[str] = collections.deque(maxlen=50)
 
     def note(self, message: str) -> None:
@@ -72,18 +88,28 @@ class Bench:
 
     # -- processes -------------------------------------------------------------------------
 
-    def child(self, name: str, module: str, env: dict[str, str | None] | None = None) -> Child:
-        child = Child(name, module, env=env, log_dir=self.logs)
-        self.stack.callback(child.stop)
+    def child(
+        self,
+        name: str,
+        module: str,
+        args: Sequence[str] = (),
+        env: dict[str, str | None] | None = None,
+    ) -> Child:
+        child = Child(name, module, args=args, env=env, log_dir=self.logs)
+        self.stack.callback(_stop_and_clean, child)
         self.pids[name] = child.pid
         return child
 
-    def start_master(self) -> str:
+    def master(self) -> MasterProcess:
+        """The master, not started yet; registered now so that it is stopped last."""
         # Shorter read leases than the default (10 s): memory of removed keys comes back sooner.
         # No eviction: the run keeps A's segment under its budget itself, and pre-fills all of it.
         args = ["--log_level", "WARNING", "--default_kv_lease_ttl", f"{self.plan.lease_ms}ms"]
         master = MasterProcess(args=[*args, "--eviction_high_watermark_ratio", "1.0"])
         self.stack.callback(master.stop)
+        return master
+
+    def start_master(self, master: MasterProcess) -> str:
         master.start()
         self.pids["master"] = master.pid
         stderr = master.process.stderr if master.process else None
@@ -326,6 +352,41 @@ class Bench:
         self.remove(prefix, keys, plan.meta_value)
 
 
+def _run_phases(bench: Bench) -> None:
+    plan = bench.plan
+    bench.note(f"mode {plan.mode}: starting the master and the client processes")
+    master = bench.master()
+    limit_servers = [
+        bench.child(f"limits-{role}", "tests.bench.limits", args=[role])
+        for role in ("sockets", "grpc")
+    ]
+    pairs = {
+        path: (
+            bench.child(f"{path}-A", "tests.bench.worker", env={FORCE_TCP_ENV: force}),
+            bench.child(f"{path}-B", "tests.bench.worker", env={FORCE_TCP_ENV: force}),
+        )
+        for path, force in (("shm", None), ("tcp", "1"))
+    }
+    address = bench.start_master(master)
+    server = {k: v for child in limit_servers for k, v in child.receive(timeout_s=60).items()}
+    for a, b in pairs.values():
+        a.receive(timeout_s=60)
+        b.receive(timeout_s=60)
+    bench.payloads = echo_payloads(bench.tag, plan.batch_exist_sizes)
+    bench.measure_limits(server, bench.payloads, half=0)
+    for path, (a, b) in pairs.items():
+        bench.note(f"{path}: joining the store")
+        bench.join(address, path, a, b)
+        bench.data_phase(path)
+        if path == "shm":
+            bench.metadata_phase()
+        bench.waited_s += bench.budget.waited_s
+        b.stop()
+        a.stop()
+    bench.measure_limits(server, bench.payloads, half=1)
+    bench.note("done; stopping the master")
+
+
 def run(quick: bool = False, tiny: bool = False, profile: str = "") -> dict[str, Any]:
     """Run the whole benchmark; returns the results record (see the module docstring)."""
     plan = plan_for(quick, tiny)
@@ -333,33 +394,12 @@ def run(quick: bool = False, tiny: bool = False, profile: str = "") -> dict[str,
     with contextlib.ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mooncake-bench-")))
         bench = Bench(plan, stack, logs, profile)
-        bench.note(f"mode {plan.mode}: starting the master and the client processes")
-        limit_server = bench.child("limits", "tests.bench.limits")
-        pairs = {
-            path: (
-                bench.child(f"{path}-A", "tests.bench.worker", env={FORCE_TCP_ENV: force}),
-                bench.child(f"{path}-B", "tests.bench.worker", env={FORCE_TCP_ENV: force}),
-            )
-            for path, force in (("shm", None), ("tcp", "1"))
-        }
-        master = bench.start_master()
-        server = limit_server.receive(timeout_s=60)
-        for a, b in pairs.values():
-            a.receive(timeout_s=60)
-            b.receive(timeout_s=60)
-        payloads = echo_payloads(bench.tag, plan.batch_exist_sizes)
-        bench.measure_limits(server, payloads, half=0)
-        for path, (a, b) in pairs.items():
-            bench.note(f"{path}: joining the store")
-            bench.join(master, path, a, b)
-            bench.data_phase(path)
-            if path == "shm":
-                bench.metadata_phase()
-            bench.waited_s += bench.budget.waited_s
-            b.stop()
-            a.stop()
-        bench.measure_limits(server, payloads, half=1)
-        bench.note("done; stopping the master")
+        try:
+            _run_phases(bench)
+        except BaseException:
+            if bench.master_stderr:
+                _log("master's last stderr lines:\n" + "".join(bench.master_stderr))
+            raise
     limits = bench.limit_figures()
     order = {"shm": 0, "tcp": 1}
     rows = sorted(bench.rows.values(), key=lambda acc: order.get(acc.row.get("path", ""), 2))
@@ -375,7 +415,7 @@ def run(quick: bool = False, tiny: bool = False, profile: str = "") -> dict[str,
             **{k: v for k, v in dataclasses.asdict(plan).items() if k not in ("values",)},
             "values": values_text(plan.sizes, plan.values),
             "values_per_round": {size_label(s): n for s, n in plan.values.items()},
-            "echo_payload_bytes": payloads,
+            "echo_payload_bytes": bench.payloads,
         },
         "limits": limits,
         "rows": figures,

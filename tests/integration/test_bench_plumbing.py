@@ -10,6 +10,7 @@ import pytest
 
 from tests.bench import store_bench
 from tests.bench.common import size_label
+from tests.bench.plan import plan_for
 from tests.bench.report import table
 
 
@@ -25,7 +26,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.timeout(90)
 def test_tiny_run_produces_every_figure() -> None:
     results = store_bench.run(quick=True, tiny=True)
-    plan = store_bench.plan_for(quick=True, tiny=True)
+    plan = plan_for(quick=True, tiny=True)
 
     check = results["verification"]
     assert check["ok"], check
