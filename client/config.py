@@ -93,6 +93,8 @@ class ClientConfig:
         tenant_id: key namespace.
         force_tcp: use the TCP path even for same-host replicas.
         rpc_timeout_s: deadline of each master call.
+        master_transport: ``auto`` (the master's stream channel when offered, else gRPC) or
+            ``grpc`` (gRPC only); env ``MOONCAKE_PY_MASTER_TRANSPORT``.
     """
 
     local_hostname: str = "127.0.0.1"
@@ -105,6 +107,7 @@ class ClientConfig:
     tenant_id: str = "default"
     force_tcp: bool = False
     rpc_timeout_s: float = 10.0
+    master_transport: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("global_segment_size", "local_buffer_size"):
@@ -122,6 +125,11 @@ class ClientConfig:
             raise MooncakeError(
                 ErrorCode.INVALID_PARAMS,
                 f"master address must be host:port: {self.master_server_addr!r}",
+            )
+        if self.master_transport not in ("auto", "grpc"):
+            raise MooncakeError(
+                ErrorCode.INVALID_PARAMS,
+                f"master_transport must be 'auto' or 'grpc': {self.master_transport!r}",
             )
         if self.rpc_timeout_s <= 0:
             raise MooncakeError(ErrorCode.INVALID_PARAMS, "rpc_timeout_s must be positive")
@@ -148,6 +156,8 @@ class ClientConfig:
             else:
                 kwargs[name] = str(value)
         kwargs.setdefault("force_tcp", env_force_tcp())
+        if "master_transport" not in kwargs and os.environ.get("MOONCAKE_PY_MASTER_TRANSPORT"):
+            kwargs["master_transport"] = os.environ["MOONCAKE_PY_MASTER_TRANSPORT"].lower()
         if "tenant_id" not in kwargs and os.environ.get("MOONCAKE_TENANT_ID"):
             kwargs["tenant_id"] = os.environ["MOONCAKE_TENANT_ID"]
         return cls(**kwargs)

@@ -68,7 +68,9 @@ class ClientCore:
         self._segment: LocalSegment | None = None
         self._server: TransferServer | None = None
         self._segment_info: SegmentInfo | None = None
-        self.master = MasterClient(config.master_server_addr, config.rpc_timeout_s)
+        self.master = MasterClient(
+            config.master_server_addr, config.rpc_timeout_s, config.master_transport == "auto"
+        )
         try:
             self._join()
         except BaseException:
@@ -93,6 +95,7 @@ class ClientCore:
 
     def _join(self) -> None:
         self.master.service_ready()  # fails fast when the master is unreachable
+        self.master.connect_stream()
         remove_stale_segment_files()
         if self.config.global_segment_size > 0:
             self._segment = LocalSegment(self.config.global_segment_size)

@@ -72,6 +72,8 @@ class Heartbeat:
             return
         self._failures = 0
         self.master_reachable = True
+        if self._master.use_stream and not self._master.stream_connected:
+            self._master.connect_stream()
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):

@@ -18,6 +18,7 @@ import grpc
 
 from mooncake_py._proto import master_pb2 as pb
 from mooncake_py._proto import master_pb2_grpc as pb_grpc
+from mooncake_py.client.channel_client import ChannelClient, ChannelError
 from mooncake_py.errors import ErrorCode, MasterUnavailableError
 from mooncake_py.types import (
     ClientStatus,
@@ -32,6 +33,11 @@ from mooncake_py.types import (
 T = TypeVar("T")
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+_RESPONSE_TYPES = {
+    m.name: getattr(pb, m.output_type.name)
+    for m in pb.DESCRIPTOR.services_by_name["MasterService"].methods
+}
 
 
 def encode_config(config: ReplicateConfig) -> pb.ReplicateConfig:
@@ -102,16 +108,53 @@ class MasterClient:
         timeout_s: deadline of every call.
     """
 
-    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, timeout_s: float = 10.0, use_stream: bool = True) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self.use_stream = use_stream
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._stub: Any = None
+        self._stream: ChannelClient | None = None
         self.reconnect()
 
+    @property
+    def stream_connected(self) -> bool:
+        """True while calls go over the master's stream channel."""
+        return self._stream is not None
+
+    def connect_stream(self) -> bool:
+        """Ask the master for its stream channel and use it for later calls.
+
+        Returns:
+            True when calls now go over the channel; False when the master offers none, the
+            client is set to gRPC only, or the master cannot be reached.
+        """
+        if not self.use_stream:
+            return False
+        try:
+            answer = self._call_grpc("ServiceReady", pb.ServiceReadyRequest())
+        except MasterUnavailableError:
+            return False
+        if not answer.fast_port:
+            return False
+        host = self.address.rsplit(":", 1)[0].strip("[]")
+        stream = ChannelClient(host, answer.fast_port, self.timeout_s)
+        with self._lock:
+            old, self._stream = self._stream, stream
+        if old is not None:
+            old.close()
+        return True
+
+    def _drop_stream(self, stream: ChannelClient) -> None:
+        with self._lock:
+            if self._stream is stream:
+                self._stream = None
+        stream.close()
+
     def reconnect(self) -> None:
-        """Replace the channel (after repeated failures, or once the master restarted)."""
+        """Replace the gRPC channel (after repeated failures, or once the master restarted)
+        and drop the stream channel; :meth:`connect_stream` makes a new one."""
         channel = grpc.insecure_channel(
             self.address,
             options=[
@@ -125,15 +168,36 @@ class MasterClient:
             self._stub = pb_grpc.MasterServiceStub(channel)  # type: ignore[no-untyped-call]
         if old is not None:
             old.close()
+        stream = self._stream
+        if stream is not None:
+            self._drop_stream(stream)
 
     def close(self) -> None:
-        """Close the channel."""
+        """Close both channels."""
         with self._lock:
             channel, self._channel = self._channel, None
+            stream, self._stream = self._stream, None
         if channel is not None:
             channel.close()
+        if stream is not None:
+            stream.close()
 
     def _call(self, method: str, request: Any) -> Any:
+        stream = self._stream
+        if stream is None:
+            return self._call_grpc(method, request)
+        try:
+            body = stream.call(method.encode(), request.SerializeToString())
+        except (OSError, ChannelError) as exc:
+            # Not retried: the master may have run the call. Later calls use gRPC until the
+            # heartbeat reconnects the stream.
+            self._drop_stream(stream)
+            raise MasterUnavailableError(
+                ErrorCode.RPC_FAIL, f"{method} to {self.address} (stream): {exc}"
+            ) from exc
+        return _RESPONSE_TYPES[method].FromString(body)
+
+    def _call_grpc(self, method: str, request: Any) -> Any:
         stub = self._stub
         if stub is None:
             raise MasterUnavailableError(ErrorCode.RPC_FAIL, "client is closed")

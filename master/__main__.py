@@ -16,6 +16,8 @@ async def _serve(server: MasterServer) -> None:
     port = await server.start()
     # Printed (and flushed) so scripts that pass --port 0 can read the chosen port.
     print(f"mooncake-py master listening on {server.config.rpc_address}:{port}", flush=True)
+    if server.fast_port:
+        logging.getLogger(__name__).info("stream channel on port %d", server.fast_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

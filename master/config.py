@@ -54,6 +54,12 @@ class MasterConfig:
         "127.0.0.1", "str", "", "Address the RPC server binds to (use 0.0.0.0 for all interfaces)."
     )
     port: int = _opt(50051, "int", "[0, 65535]", "RPC server port; 0 picks a free port.")
+    fast_rpc_port: int = _opt(
+        0,
+        "int",
+        "[-1, 65535]",
+        "Stream-channel port (same RPCs, lower per-call cost); 0 picks a free one, -1 disables.",
+    )
     client_ttl: float = _opt(
         10.0, "float", "> 0", "Seconds without a heartbeat after which a client is dropped."
     )

@@ -9,10 +9,11 @@ from collections.abc import Callable
 import grpc
 
 from mooncake_py.master.background import BackgroundLoops
+from mooncake_py.master.channel import StreamChannel, start_channel
 from mooncake_py.master.clock import monotonic_clock
 from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.service import MasterService
-from mooncake_py.master.servicer import add_to_server
+from mooncake_py.master.servicer import add_to_server, method_table
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ class MasterServer:
 
     Attributes:
         service: the :class:`MasterService` behind the endpoint.
-        port: the bound port, known after :meth:`start`.
+        port: the bound gRPC port, known after :meth:`start`.
+        fast_port: the bound stream-channel port (0 when disabled).
     """
 
     def __init__(
@@ -39,7 +41,9 @@ class MasterServer:
         self.config = config
         self.service = MasterService(config, clock=clock, view_version=time.time_ns() // 1_000_000)
         self.port = 0
+        self.fast_port = 0
         self._server: grpc.aio.Server | None = None
+        self._channel: StreamChannel | None = None
         self._loops = BackgroundLoops(self.service, clock) if background else None
 
     @property
@@ -64,7 +68,7 @@ class MasterServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        add_to_server(self.service, server)
+        self._servicer = add_to_server(self.service, server)
         bind = f"{self.config.rpc_address}:{self.config.port}"
         try:
             self.port = server.add_insecure_port(bind)
@@ -72,6 +76,15 @@ class MasterServer:
             raise RuntimeError(f"cannot listen on {bind}: {exc}") from exc
         await server.start()
         self._server = server
+        if self.config.fast_rpc_port >= 0:
+            self._channel = await start_channel(
+                method_table(self._servicer),
+                self.config.rpc_address,
+                self.config.fast_rpc_port,
+                self.config.max_message_bytes,
+            )
+            self.fast_port = self._channel.port
+            self._servicer.fast_port = self.fast_port
         if self._loops is not None:
             self._loops.start()
         log.info("master listening on %s:%d", self.config.rpc_address, self.port)
@@ -81,6 +94,9 @@ class MasterServer:
         """Stop the timers and the server."""
         if self._loops is not None:
             await self._loops.stop()
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None

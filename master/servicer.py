@@ -8,6 +8,7 @@ INTERNAL_ERROR so one bad request never takes the master down.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,6 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from mooncake_py._proto import master_pb2 as pb
-from mooncake_py._proto import master_pb2_grpc as pb_grpc
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.service import SERVICE_VERSION, MasterService
 from mooncake_py.types import (
@@ -35,16 +35,14 @@ log = logging.getLogger(__name__)
 
 def _guarded(
     failure: Callable[[Any], Any],
-) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Turn an unexpected exception into an INTERNAL_ERROR answer built by ``failure(request)``."""
 
-    def decorate(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def decorate(handler: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(handler)
-        async def wrapper(
-            self: MasterServicer, request: Any, context: grpc.aio.ServicerContext
-        ) -> Any:
+        def wrapper(self: MasterServicer, request: Any) -> Any:
             try:
-                return await handler(self, request, context)
+                return handler(self, request)
             except Exception:
                 log.exception("%s failed", handler.__name__)
                 return failure(request)
@@ -135,39 +133,42 @@ def encode_replica_list(result: ReplicaListResult) -> pb.GetReplicaListResponse:
     )
 
 
-class MasterServicer(pb_grpc.MasterServiceServicer):
-    """gRPC handlers for every RPC of ``proto/master.proto``."""
+class MasterServicer:
+    """Handlers for every RPC of ``proto/master.proto``: request message in, response out.
+
+    Handlers are synchronous (the service never blocks), so both transports call them
+    directly: gRPC through :func:`add_to_server`, the stream channel through
+    :func:`method_table`.
+
+    Attributes:
+        fast_port: the stream channel's port, advertised by ServiceReady (0: none).
+    """
 
     def __init__(self, service: MasterService) -> None:
         self._service = service
+        self.fast_port = 0
 
     # -- segments and liveness -------------------------------------------------------------
 
     @_guarded(_status_failure)
-    async def MountSegment(
-        self, request: pb.MountSegmentRequest, context: Any
-    ) -> pb.StatusResponse:
+    def MountSegment(self, request: pb.MountSegmentRequest) -> pb.StatusResponse:
         code = self._service.mount_segment(request.client_id, decode_segment(request.segment))
         return pb.StatusResponse(code=int(code))
 
     @_guarded(_status_failure)
-    async def ReMountSegment(
-        self, request: pb.ReMountSegmentRequest, context: Any
-    ) -> pb.StatusResponse:
+    def ReMountSegment(self, request: pb.ReMountSegmentRequest) -> pb.StatusResponse:
         segments = [decode_segment(s) for s in request.segments]
         return pb.StatusResponse(
             code=int(self._service.remount_segments(request.client_id, segments))
         )
 
     @_guarded(_status_failure)
-    async def UnmountSegment(
-        self, request: pb.UnmountSegmentRequest, context: Any
-    ) -> pb.StatusResponse:
+    def UnmountSegment(self, request: pb.UnmountSegmentRequest) -> pb.StatusResponse:
         code = self._service.unmount_segment(request.client_id, request.segment_id)
         return pb.StatusResponse(code=int(code))
 
     @_guarded(lambda _: pb.PingResponse(code=_INTERNAL))
-    async def Ping(self, request: pb.PingRequest, context: Any) -> pb.PingResponse:
+    def Ping(self, request: pb.PingRequest) -> pb.PingResponse:
         result = self._service.ping(request.client_id)
         return pb.PingResponse(
             code=int(result.code),
@@ -176,15 +177,13 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         )
 
     @_guarded(lambda _: pb.ServiceReadyResponse(code=_INTERNAL))
-    async def ServiceReady(
-        self, request: pb.ServiceReadyRequest, context: Any
-    ) -> pb.ServiceReadyResponse:
-        return pb.ServiceReadyResponse(code=0, version=SERVICE_VERSION)
+    def ServiceReady(self, request: pb.ServiceReadyRequest) -> pb.ServiceReadyResponse:
+        return pb.ServiceReadyResponse(code=0, version=SERVICE_VERSION, fast_port=self.fast_port)
 
     # -- write path ------------------------------------------------------------------------
 
     @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
-    async def PutStart(self, request: pb.PutStartRequest, context: Any) -> pb.PutStartResponse:
+    def PutStart(self, request: pb.PutStartRequest) -> pb.PutStartResponse:
         result = self._service.put_start(
             request.client_id,
             request.tenant_id,
@@ -199,9 +198,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
             results=[pb.PutStartResponse(code=_INTERNAL)] * len(r.keys)
         )
     )
-    async def BatchPutStart(
-        self, request: pb.BatchPutStartRequest, context: Any
-    ) -> pb.BatchPutStartResponse:
+    def BatchPutStart(self, request: pb.BatchPutStartRequest) -> pb.BatchPutStartResponse:
         results = self._service.batch_put_start(
             request.client_id,
             request.tenant_id,
@@ -212,7 +209,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
 
     @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
-    async def UpsertStart(self, request: pb.PutStartRequest, context: Any) -> pb.PutStartResponse:
+    def UpsertStart(self, request: pb.PutStartRequest) -> pb.PutStartResponse:
         result = self._service.upsert_start(
             request.client_id,
             request.tenant_id,
@@ -227,9 +224,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
             results=[pb.PutStartResponse(code=_INTERNAL)] * len(r.keys)
         )
     )
-    async def BatchUpsertStart(
-        self, request: pb.BatchPutStartRequest, context: Any
-    ) -> pb.BatchPutStartResponse:
+    def BatchUpsertStart(self, request: pb.BatchPutStartRequest) -> pb.BatchPutStartResponse:
         results = self._service.batch_upsert_start(
             request.client_id,
             request.tenant_id,
@@ -240,28 +235,24 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
         return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
 
     @_guarded(_status_failure)
-    async def PutEnd(self, request: pb.KeyRequest, context: Any) -> pb.StatusResponse:
+    def PutEnd(self, request: pb.KeyRequest) -> pb.StatusResponse:
         code = self._service.put_end(request.client_id, request.tenant_id, request.key)
         return pb.StatusResponse(code=int(code))
 
     @_guarded(_batch_failure)
-    async def BatchPutEnd(
-        self, request: pb.BatchKeysRequest, context: Any
-    ) -> pb.BatchStatusResponse:
+    def BatchPutEnd(self, request: pb.BatchKeysRequest) -> pb.BatchStatusResponse:
         codes = self._service.batch_put_end(
             request.client_id, request.tenant_id, list(request.keys)
         )
         return pb.BatchStatusResponse(codes=[int(c) for c in codes])
 
     @_guarded(_status_failure)
-    async def PutRevoke(self, request: pb.KeyRequest, context: Any) -> pb.StatusResponse:
+    def PutRevoke(self, request: pb.KeyRequest) -> pb.StatusResponse:
         code = self._service.put_revoke(request.client_id, request.tenant_id, request.key)
         return pb.StatusResponse(code=int(code))
 
     @_guarded(_batch_failure)
-    async def BatchPutRevoke(
-        self, request: pb.BatchKeysRequest, context: Any
-    ) -> pb.BatchStatusResponse:
+    def BatchPutRevoke(self, request: pb.BatchKeysRequest) -> pb.BatchStatusResponse:
         codes = self._service.batch_put_revoke(
             request.client_id, request.tenant_id, list(request.keys)
         )
@@ -270,9 +261,7 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
     # -- read path -------------------------------------------------------------------------
 
     @_guarded(lambda _: pb.GetReplicaListResponse(code=_INTERNAL))
-    async def GetReplicaList(
-        self, request: pb.KeyRequest, context: Any
-    ) -> pb.GetReplicaListResponse:
+    def GetReplicaList(self, request: pb.KeyRequest) -> pb.GetReplicaListResponse:
         return encode_replica_list(self._service.get_replica_list(request.tenant_id, request.key))
 
     @_guarded(
@@ -280,21 +269,17 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
             results=[pb.GetReplicaListResponse(code=_INTERNAL)] * len(r.keys)
         )
     )
-    async def BatchGetReplicaList(
-        self, request: pb.BatchKeysRequest, context: Any
-    ) -> pb.BatchGetReplicaListResponse:
+    def BatchGetReplicaList(self, request: pb.BatchKeysRequest) -> pb.BatchGetReplicaListResponse:
         results = self._service.batch_get_replica_list(request.tenant_id, list(request.keys))
         return pb.BatchGetReplicaListResponse(results=[encode_replica_list(r) for r in results])
 
     @_guarded(lambda _: pb.ExistKeyResponse(code=_INTERNAL))
-    async def ExistKey(self, request: pb.KeyRequest, context: Any) -> pb.ExistKeyResponse:
+    def ExistKey(self, request: pb.KeyRequest) -> pb.ExistKeyResponse:
         result = self._service.exist_key(request.tenant_id, request.key)
         return pb.ExistKeyResponse(code=min(result, 0), exists=result == 1)
 
     @_guarded(lambda r: pb.BatchExistKeyResponse(results=[_INTERNAL] * len(r.keys)))
-    async def BatchExistKey(
-        self, request: pb.BatchKeysRequest, context: Any
-    ) -> pb.BatchExistKeyResponse:
+    def BatchExistKey(self, request: pb.BatchKeysRequest) -> pb.BatchExistKeyResponse:
         return pb.BatchExistKeyResponse(
             results=self._service.batch_exist_key(request.tenant_id, list(request.keys))
         )
@@ -302,28 +287,24 @@ class MasterServicer(pb_grpc.MasterServiceServicer):
     # -- remove family ---------------------------------------------------------------------
 
     @_guarded(_status_failure)
-    async def Remove(self, request: pb.RemoveRequest, context: Any) -> pb.StatusResponse:
+    def Remove(self, request: pb.RemoveRequest) -> pb.StatusResponse:
         code = self._service.remove(request.tenant_id, request.key, request.force)
         return pb.StatusResponse(code=int(code))
 
     @_guarded(_batch_failure)
-    async def BatchRemove(
-        self, request: pb.BatchRemoveRequest, context: Any
-    ) -> pb.BatchStatusResponse:
+    def BatchRemove(self, request: pb.BatchRemoveRequest) -> pb.BatchStatusResponse:
         codes = self._service.batch_remove(request.tenant_id, list(request.keys), request.force)
         return pb.BatchStatusResponse(codes=[int(c) for c in codes])
 
     @_guarded(lambda _: pb.CountResponse(code=_INTERNAL))
-    async def RemoveByRegex(
-        self, request: pb.RemoveByRegexRequest, context: Any
-    ) -> pb.CountResponse:
+    def RemoveByRegex(self, request: pb.RemoveByRegexRequest) -> pb.CountResponse:
         code, count = self._service.remove_by_regex(
             request.tenant_id, request.pattern, request.force
         )
         return pb.CountResponse(code=int(code), count=count)
 
     @_guarded(lambda _: pb.CountResponse(code=_INTERNAL))
-    async def RemoveAll(self, request: pb.RemoveAllRequest, context: Any) -> pb.CountResponse:
+    def RemoveAll(self, request: pb.RemoveAllRequest) -> pb.CountResponse:
         count = self._service.remove_all(request.tenant_id, request.force)
         return pb.CountResponse(code=0, count=count)
 
@@ -347,15 +328,39 @@ def _lenient_parser(message_type: Any) -> Callable[[bytes], Any]:
     return parse
 
 
-def _rejecting_undecodable(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+def _grpc_handler(handler: Callable[[Any], Any]) -> Callable[..., Awaitable[Any]]:
+    async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, _Undecodable):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"undecodable request: {request.error}"
             )
-        return await handler(request, context)
+        return handler(request)
 
-    return checked
+    return handle
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One RPC: its name, message types and handler."""
+
+    name: str
+    request_type: Any
+    response_type: Any
+    handler: Callable[[Any], Any]
+
+
+def method_table(servicer: MasterServicer) -> list[Method]:
+    """Every RPC in proto declaration order (the stream channel numbers methods this way)."""
+    descriptor = pb.DESCRIPTOR.services_by_name["MasterService"]
+    return [
+        Method(
+            m.name,
+            getattr(pb, m.input_type.name),
+            getattr(pb, m.output_type.name),
+            getattr(servicer, m.name),
+        )
+        for m in descriptor.methods
+    ]
 
 
 def add_to_server(service: MasterService, server: grpc.aio.Server) -> MasterServicer:
@@ -365,18 +370,16 @@ def add_to_server(service: MasterService, server: grpc.aio.Server) -> MasterServ
     with gRPC INVALID_ARGUMENT naming the parse error, instead of the generic UNKNOWN.
     """
     servicer = MasterServicer(service)
-    descriptor = pb.DESCRIPTOR.services_by_name["MasterService"]
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
-            _rejecting_undecodable(getattr(servicer, method.name)),
-            request_deserializer=_lenient_parser(getattr(pb, method.input_type.name)),
-            response_serializer=getattr(pb, method.output_type.name).SerializeToString,
+            _grpc_handler(method.handler),
+            request_deserializer=_lenient_parser(method.request_type),
+            response_serializer=method.response_type.SerializeToString,
         )
-        for method in descriptor.methods
+        for method in method_table(servicer)
     }
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(descriptor.full_name, handlers),)
-    )
+    service_name = pb.DESCRIPTOR.services_by_name["MasterService"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service_name, handlers),))
     return servicer
 
 

@@ -157,12 +157,14 @@ class ServiceReadyRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ServiceReadyResponse(_message.Message):
-    __slots__ = ("code", "version")
+    __slots__ = ("code", "version", "fast_port")
     CODE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    FAST_PORT_FIELD_NUMBER: _ClassVar[int]
     code: int
     version: str
-    def __init__(self, code: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+    fast_port: int
+    def __init__(self, code: _Optional[int] = ..., version: _Optional[str] = ..., fast_port: _Optional[int] = ...) -> None: ...
 
 class PutStartRequest(_message.Message):
     __slots__ = ("client_id", "key", "value_length", "config", "tenant_id")
