@@ -1,40 +1,61 @@
-"""Eviction policy: which objects to drop when memory runs short. It decides; the service acts.
+"""Eviction policy: which objects to drop when memory runs short. It selects; the service acts.
 
 The policy sees object life-cycle events (``on_created`` when a write completes,
 ``on_touched`` when a read leases the object, ``on_removed`` whatever the path) and, when
-asked, proposes victims in order, oldest access first. It never mutates the store: the
-service checks each proposal against the rules it alone knows (leases, pins, writes in flight,
-groups) through the ``eligible`` callback and removes what it accepts.
+asked, selects victims in recency order among the candidates the service finds eligible. It
+never mutates the store: the service judges each candidate through a callback (leases, pins,
+writes in flight and groups are its rules) and removes what was selected.
 
-:class:`LeaseOrderedLRU` is the policy the master runs. Access order is the order of read-lease
-grants (a write counts as an access), as upstream orders by lease timeout. Candidates that the
-service refuses only because they are soft pinned are moved aside, in the order they were met,
-to a second queue; the fallback pass takes them from there, so neither pass rescans the same
-pinned objects again and again.
+:class:`LeaseOrderedLRU` is the policy the master runs. Every candidate carries a stamp, taken
+from a counter at each access (a completed write counts as one), so stamp order is access
+order, as upstream orders by lease timeout. Candidates are kept sorted by stamp. A selection
+starts after a cursor (the stamp where the previous one stopped) and examines at most
+``limit`` candidates, so a caller can walk the whole queue in bounded steps without meeting
+the same protected candidates again and again; soft-pinned candidates keep their place and
+become ordinary the moment their pin ends, whatever ended it.
 
-Complexity: events are O(1); ``propose`` is O(examined) and examines at most ``budget``
-entries per call, which is what bounds a pass.
+Complexity: events O(log n); a selection O(limit · log n).
 
 Thread-safety: none; the service calls it under its lock.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections import OrderedDict
-from collections.abc import Callable, Collection, Generator, Hashable
+import itertools
+from collections.abc import Callable, Collection, Hashable
 from typing import Protocol
+
+from sortedcontainers import SortedDict
 
 
 class Verdict(enum.Enum):
-    """The service's answer about one proposed victim."""
+    """The service's judgement of one candidate."""
 
     EVICT = "evict"
     """Evictable now."""
     PINNED = "pinned"
-    """Soft pinned: only the fallback pass may take it."""
+    """Soft pinned: only a fallback selection may take it."""
     SKIP = "skip"
-    """Not now (leased, being written, group member leased): leave it in place."""
+    """Not now (leased, being written, group member leased)."""
+
+
+@dataclasses.dataclass(slots=True)
+class Selection:
+    """What one :meth:`EvictionPolicy.select` call found.
+
+    Attributes:
+        victims: selected candidates, oldest access first.
+        cursor: stamp of the last candidate examined; pass it as ``after`` to continue.
+        exhausted: True when the walk reached the newest candidate.
+        examined: candidates judged.
+    """
+
+    victims: list[Hashable]
+    cursor: int
+    exhausted: bool
+    examined: int
 
 
 class EvictionPolicy(Protocol):
@@ -49,97 +70,98 @@ class EvictionPolicy(Protocol):
     def on_removed(self, object_id: Hashable) -> None:
         """The object is gone (any path)."""
 
-    def propose(
-        self, verdict: Callable[[Hashable], Verdict], budget: int, include_pinned: bool
-    ) -> Generator[Hashable, None, None]:
-        """Yield victims the service accepted (``verdict`` said EVICT), oldest first."""
+    def select(
+        self,
+        judge: Callable[[Hashable], Verdict],
+        want: int,
+        limit: int,
+        after: int = -1,
+        include_pinned: bool = False,
+    ) -> Selection:
+        """Select up to ``want`` victims, oldest first, judging at most ``limit`` candidates."""
         ...
 
     def __len__(self) -> int: ...
 
+    def __contains__(self, object_id: Hashable) -> bool: ...
+
 
 class LeaseOrderedLRU:
-    """Oldest-access-first eviction with a side queue for soft-pinned objects."""
+    """Least-recently-accessed first; see the module docstring."""
 
     def __init__(self) -> None:
-        self._order: OrderedDict[Hashable, None] = OrderedDict()
-        self._pinned: OrderedDict[Hashable, None] = OrderedDict()
-        # Entries taken off the front during a walk; put back when the walk ends.
-        self._parked: dict[Hashable, None] = {}
+        self._by_stamp: SortedDict = SortedDict()
+        self._stamp_of: dict[Hashable, int] = {}
+        self._clock = itertools.count()
 
     def __len__(self) -> int:
-        return len(self._order) + len(self._pinned) + len(self._parked)
+        return len(self._stamp_of)
 
     def __contains__(self, object_id: Hashable) -> bool:
-        return object_id in self._order or object_id in self._pinned or object_id in self._parked
+        return object_id in self._stamp_of
 
     def on_created(self, object_id: Hashable) -> None:
-        """O(1)."""
-        self._pinned.pop(object_id, None)
-        self._parked.pop(object_id, None)
-        self._order[object_id] = None
-        self._order.move_to_end(object_id)
+        """O(log n)."""
+        old = self._stamp_of.get(object_id)
+        if old is not None:
+            del self._by_stamp[old]
+        stamp = next(self._clock)
+        self._stamp_of[object_id] = stamp
+        self._by_stamp[stamp] = object_id
 
     def on_touched(self, object_id: Hashable) -> None:
-        """O(1)."""
-        self.on_created(object_id)
+        """O(log n); ignored for objects that are not candidates (e.g. hard pinned)."""
+        if object_id in self._stamp_of:
+            self.on_created(object_id)
 
     def on_removed(self, object_id: Hashable) -> None:
-        """O(1)."""
-        self._order.pop(object_id, None)
-        self._pinned.pop(object_id, None)
-        self._parked.pop(object_id, None)
+        """O(log n)."""
+        stamp = self._stamp_of.pop(object_id, None)
+        if stamp is not None:
+            del self._by_stamp[stamp]
 
-    def propose(
-        self, verdict: Callable[[Hashable], Verdict], budget: int, include_pinned: bool
-    ) -> Generator[Hashable, None, None]:
-        """Yield accepted victims, oldest first, examining at most ``budget`` entries.
+    def select(
+        self,
+        judge: Callable[[Hashable], Verdict],
+        want: int,
+        limit: int,
+        after: int = -1,
+        include_pinned: bool = False,
+    ) -> Selection:
+        """Walk candidates with a stamp greater than ``after`` in access order.
 
-        Pass 1 walks the main queue: EVICT is yielded, PINNED moves to the side queue, SKIP
-        stays where it is. Then objects in the side queue that are no longer pinned are
-        yielded, and with ``include_pinned`` the pinned ones too (the fallback pass). The caller
-        removes a yielded object (:meth:`on_removed`) before resuming, or declines it by not
-        removing it; a declined object keeps its place.
+        A candidate is selected when ``judge`` says EVICT, or PINNED with ``include_pinned``.
+        Stops after ``want`` victims or ``limit`` judged candidates.
         """
+        victims: list[Hashable] = []
+        cursor = after
         examined = 0
-        try:
-            while self._order and examined < budget:
-                object_id, _ = self._order.popitem(last=False)
-                examined += 1
-                answer = verdict(object_id)
-                if answer is Verdict.PINNED:
-                    self._pinned[object_id] = None
-                    continue
-                self._parked[object_id] = None
-                if answer is Verdict.EVICT:
-                    yield object_id
-        finally:
-            for object_id in reversed(list(self._parked)):
-                self._order[object_id] = None
-                self._order.move_to_end(object_id, last=False)
-            self._parked.clear()
-        for object_id in list(self._pinned):
-            if examined >= budget:
-                return
-            if object_id not in self._pinned:
-                continue
+        keys = self._by_stamp.irange(minimum=after, inclusive=(False, True))
+        for stamp in keys:
+            if examined >= limit or len(victims) >= want:
+                return Selection(victims, cursor, False, examined)
+            object_id = self._by_stamp[stamp]
+            cursor = stamp
             examined += 1
-            answer = verdict(object_id)
-            if answer is Verdict.EVICT or (answer is Verdict.PINNED and include_pinned):
-                yield object_id
+            verdict = judge(object_id)
+            if verdict is Verdict.EVICT or (verdict is Verdict.PINNED and include_pinned):
+                victims.append(object_id)
+        return Selection(victims, cursor, True, examined)
 
     def check(self, expected: Collection[Hashable]) -> None:
-        """Verify the policy tracks exactly ``expected``.
+        """Verify the policy tracks exactly ``expected`` and its two indexes agree.
 
         Raises:
-            AssertionError: an object is missing, extra, or in both queues.
+            AssertionError: an object is missing or extra, or the indexes disagree.
         """
-        if set(self._order) & set(self._pinned) or self._parked:
-            raise AssertionError("an object is in both eviction queues, or a walk did not end")
-        tracked = set(self._order) | set(self._pinned)
-        expected = set(expected)
-        if tracked != expected:
-            missing, extra = expected - tracked, tracked - expected
+        if len(self._by_stamp) != len(self._stamp_of):
+            raise AssertionError("eviction policy indexes differ in size")
+        for object_id, stamp in self._stamp_of.items():
+            if self._by_stamp.get(stamp) != object_id:
+                raise AssertionError(f"eviction policy index broken at {object_id!r}")
+        if set(self._stamp_of) != set(expected):
+            tracked = set(self._stamp_of)
+            missing, extra = set(expected) - tracked, tracked - set(expected)
             raise AssertionError(
                 f"eviction policy out of sync: missing {len(missing)}, extra {len(extra)}"
             )

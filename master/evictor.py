@@ -52,6 +52,7 @@ class EvictionPass:
     evicted: int = 0
     fallback: bool = False
     done: bool = False
+    cursor: int = -1
 
 
 class Evictor:
@@ -60,6 +61,7 @@ class Evictor:
     def __init__(self, state: StoreState) -> None:
         self._state = state
         self.allocation_failed = False  # set by a failed write: evict even below the watermark
+        self._sync_cursor = -1
 
     # -- rules -----------------------------------------------------------------------------
 
@@ -97,6 +99,24 @@ class Evictor:
             removed += 1
         return removed
 
+    def _evict_and_retry(
+        self, object_id: Hashable, request: PlacementRequest, now: float
+    ) -> list[Allocation]:
+        meta = self._state.objects.get(object_id)  # type: ignore[arg-type]
+        if meta is None:
+            return []
+        touched = {r.segment_id for r in meta.replicas}
+        self._evict(object_id, now)
+        self._state.counters.sync_evictions += 1
+        # Retry as soon as one freed segment has a free block big enough.
+        if any(self._fits(segment_id, request.size) for segment_id in touched):
+            return self._state.segments.allocate(request)
+        return []
+
+    def _fits(self, segment_id: str, size: int) -> bool:
+        mounted = self._state.segments.get(segment_id)
+        return mounted is not None and mounted.allocator.largest_free_block >= size
+
     # -- watermark passes ------------------------------------------------------------------
 
     def plan(self) -> EvictionPass | None:
@@ -112,36 +132,42 @@ class Evictor:
             return None
         ratio = max(config.eviction_ratio, over + config.eviction_ratio)
         target = math.ceil(base * ratio)
+        if target == 0:
+            return None
         lower_bound = math.ceil(base * max(ratio * 0.5, over))
         self._state.counters.eviction_passes += 1
         return EvictionPass(target=target, lower_bound=min(lower_bound, target))
 
     def run_slice(self, work: EvictionPass, now: float, budget: int = SLICE_BUDGET) -> EvictionPass:
-        """Advance a pass by at most ``budget`` examined candidates; sets ``work.done``."""
+        """Advance a pass by at most ``budget`` judged candidates; sets ``work.done``.
+
+        Each stage walks the candidates once, from the oldest access on, so a pass ends after
+        at most two walks however many candidates are protected.
+        """
         if work.done:
             return work
         goal = work.lower_bound if work.fallback else work.target
-        examined = 0
-
-        def judge(object_id: Hashable) -> Verdict:
-            nonlocal examined
-            examined += 1
-            return self.verdict(object_id, now)
-
-        proposals = self._state.policy.propose(judge, budget, include_pinned=work.fallback)
-        for object_id in proposals:
-            work.evicted += self._evict(object_id, now)
-            if work.evicted >= goal:
-                proposals.close()
-                break
-        if work.evicted >= goal or examined < budget:
-            self._finish_stage(work)
+        if work.evicted < goal:
+            selection = self._state.policy.select(
+                lambda oid: self.verdict(oid, now),
+                want=goal - work.evicted,
+                limit=budget,
+                after=work.cursor,
+                include_pinned=work.fallback,
+            )
+            for object_id in selection.victims:
+                work.evicted += self._evict(object_id, now)
+            work.cursor = selection.cursor
+            if not selection.exhausted and work.evicted < goal:
+                return work
+        self._finish_stage(work)
         return work
 
     def _finish_stage(self, work: EvictionPass) -> None:
         allow_pinned = self._state.config.allow_evict_soft_pinned_objects
         if not work.fallback and work.evicted < work.lower_bound and allow_pinned:
             work.fallback = True
+            work.cursor = -1
         else:
             work.done = True
 
@@ -164,32 +190,50 @@ class Evictor:
             The allocations, or [] when no evictable object could make room (the next
             background pass then runs even below the watermark).
         """
-        allocations = self._state.segments.allocate(request)
+        segments = self._state.segments
+        allocations = segments.allocate(request)
         if allocations:
             return allocations
-        if request.size > self._state.segments.largest_segment_bytes():
+        # Only memory in segments large enough for the value can ever make room for it.
+        useful = {
+            m.info.id
+            for m in segments.all_segments()
+            if m.allocator.usable_capacity >= request.size
+        }
+        if not useful:
             return []  # could never fit: evicting would only lose data
+
+        def judge(object_id: Hashable) -> Verdict:
+            meta = self._state.objects.get(object_id)  # type: ignore[arg-type]
+            if meta is None or not any(r.segment_id in useful for r in meta.replicas):
+                return Verdict.SKIP
+            return self.verdict(object_id, now)
+
         stages = [False, True] if self._state.config.allow_evict_soft_pinned_objects else [False]
         for include_pinned in stages:
-            freed = 0
-            proposals = self._state.policy.propose(
-                lambda oid: self.verdict(oid, now), SYNC_EVICTION_BUDGET, include_pinned
-            )
-            for object_id in proposals:
-                meta = self._state.objects.get(object_id)  # type: ignore[arg-type]
-                freed += meta.size if meta is not None else 0
-                self._evict(object_id, now)
-                self._state.counters.sync_evictions += 1
-                if freed < request.size:
-                    continue
-                freed = 0
-                allocations = self._state.segments.allocate(request)
-                if allocations:
-                    proposals.close()
-                    return allocations
-            allocations = self._state.segments.allocate(request)
-            if allocations:
-                return allocations
+            # Ordinary candidates resume where the last write stopped, so the protected ones
+            # met then are not judged again on every write; the fallback walks from the start.
+            cursor = -1 if include_pinned else self._sync_cursor
+            wrapped = cursor == -1
+            budget = SYNC_EVICTION_BUDGET
+            while budget > 0:
+                selection = self._state.policy.select(
+                    judge, want=1, limit=budget, after=cursor, include_pinned=include_pinned
+                )
+                budget -= max(selection.examined, 1)
+                cursor = selection.cursor
+                for object_id in selection.victims:
+                    allocations = self._evict_and_retry(object_id, request, now)
+                    if allocations:
+                        if not include_pinned:
+                            self._sync_cursor = cursor
+                        return allocations
+                if selection.exhausted:
+                    if wrapped:
+                        break
+                    wrapped, cursor = True, -1
+            if not include_pinned:
+                self._sync_cursor = -1
         self._state.counters.alloc_failures += 1
         self.allocation_failed = True
         return []

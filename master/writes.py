@@ -120,12 +120,16 @@ class WritePath:
                 return self._create(
                     client_id, tenant, key, size, config, existing.group_id, pin, now, existing
                 )
-        existing.hard_pinned = existing.hard_pinned or config.with_hard_pin
-        if existing.hard_pinned:
-            self._state.policy.on_removed(existing.object_id)
         if existing.size == size:
-            return self._rewrite_in_place(existing, client_id, pin, now)
-        return self._replace(existing, client_id, size, config, pin, now)
+            result = self._rewrite_in_place(existing, client_id, pin, now)
+        else:
+            result = self._replace(existing, client_id, size, config, pin, now)
+        current = self._state.objects.get(existing.object_id)
+        if result.code == ErrorCode.OK and current is not None and config.with_hard_pin:
+            # Only an admitted upsert changes the object: hard pin is ORed in, for good.
+            current.hard_pinned = True
+            self._state.policy.on_removed(current.object_id)
+        return result
 
     def _rewrite_in_place(
         self, meta: ObjectMetadata, client_id: str, pin: PendingSoftPin, now: float
