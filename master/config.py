@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
@@ -99,6 +100,24 @@ class MasterConfig:
     )
     log_level: str = _opt(
         "INFO", "choice", "", "Log verbosity.", "DEBUG", "INFO", "WARNING", "ERROR"
+    )
+    kv_session_max_sessions: int = _opt(
+        100_000, "int", "> 0", "Active KV sessions per master (env MC_KV_SESSION_MAX_SESSIONS)."
+    )
+    kv_session_max_members: int = _opt(
+        1_000_000,
+        "int",
+        "> 0",
+        "Members per KV session, and the largest update keep set (MC_KV_SESSION_MAX_MEMBERS).",
+    )
+    kv_session_max_per_object: int = _opt(
+        100_000,
+        "int",
+        "> 0",
+        "KV sessions per object or per write tag list (MC_KV_SESSION_MAX_PER_OBJECT).",
+    )
+    kv_session_max_batch: int = _opt(
+        4096, "int", "> 0", "Keys per attach and largest key page (MC_KV_SESSION_MAX_BATCH)."
     )
 
     def __post_init__(self) -> None:
@@ -322,7 +341,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> MasterConfig:
-    """Builds the config from defaults, then ``--config FILE``, then the flags given.
+    """Builds the config from defaults, then ``MC_KV_SESSION_*`` variables, then
+    ``--config FILE``, then the flags given.
 
     Args:
         argv: Arguments without the program name; ``sys.argv[1:]`` when None.
@@ -341,6 +361,33 @@ def parse_args(argv: Sequence[str] | None = None) -> MasterConfig:
         raise ConfigError(f"unrecognized arguments: {' '.join(unrecognized)}")
     given: dict[str, object] = dict(vars(namespace))
     config_path = given.pop("config", None)
-    values = load_config_file(str(config_path)) if config_path is not None else {}
+    values = session_limits_from_env()
+    if config_path is not None:
+        values.update(load_config_file(str(config_path)))
     values.update(given)
     return config_from_mapping(values)
+
+
+SESSION_LIMIT_ENV = {
+    "MC_KV_SESSION_MAX_SESSIONS": "kv_session_max_sessions",
+    "MC_KV_SESSION_MAX_MEMBERS": "kv_session_max_members",
+    "MC_KV_SESSION_MAX_PER_OBJECT": "kv_session_max_per_object",
+    "MC_KV_SESSION_MAX_BATCH": "kv_session_max_batch",
+}
+
+
+def session_limits_from_env() -> dict[str, object]:
+    """KV session limits set by upstream's ``MC_KV_SESSION_*`` variables (below file and flags).
+
+    Raises:
+        ConfigError: a variable is not a positive integer.
+    """
+    values: dict[str, object] = {}
+    for variable, key in SESSION_LIMIT_ENV.items():
+        text = os.environ.get(variable)
+        if text is None:
+            continue
+        if not text.strip().isdigit() or int(text) <= 0:
+            raise ConfigError(f"invalid {variable}={text!r}: must be a positive integer")
+        values[key] = int(text)
+    return values

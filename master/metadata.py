@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 from mooncake_py.types import ReplicaStatus, SoftPinAction
 
@@ -61,6 +62,8 @@ class ObjectMetadata:
     soft_pin_deadline: float = 0.0
     pending_soft_pin: PendingSoftPin | None = None
     group_id: str = ""
+    # KV sessions holding this object (None rather than an empty set: most objects have none).
+    sessions: set[Any] | None = None
 
     @property
     def object_id(self) -> ObjectId:

@@ -27,6 +27,7 @@ from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.evictor import EvictionPass, Evictor
 from mooncake_py.master.metadata import ObjectMetadata, PendingSoftPin
 from mooncake_py.master.segments import MountedSegment
+from mooncake_py.master.session_service import SessionOps
 from mooncake_py.master.state import StoreState
 from mooncake_py.master.writes import WritePath
 from mooncake_py.types import (
@@ -54,7 +55,7 @@ class PingResult:
     view_version: int
 
 
-class MasterService:
+class MasterService(SessionOps):
     """All master state and operations.
 
     Args:
@@ -236,7 +237,8 @@ class MasterService:
         ):
             return invalid
         pin = self._writes.resolve_soft_pin(config)
-        if pin is None:
+        tags = config.kv_sessions
+        if pin is None or (tags is not None and len(tags) != len(keys)):
             return invalid
         with self._lock:
             now = self._clock()
@@ -261,9 +263,26 @@ class MasterService:
         if not _key_ok(key) or not 0 < size <= MAX_VALUE_BYTES:
             return PutStartResult(ErrorCode.INVALID_PARAMS)
         group = groups[index] if groups is not None else None
+        tags = config.kv_sessions[index] if config.kv_sessions is not None else []
+        if tags:
+            existing = self._objects.get((tenant, key))
+            code = self._state.sessions.check_admission(tenant, [(existing, key, tags)])
+            if code != ErrorCode.OK:
+                return PutStartResult(code)  # rejected: adds nothing
         if upsert:
-            return self._writes.upsert_start(client_id, tenant, key, size, config, group, pin, now)
-        return self._writes.put_start(client_id, tenant, key, size, config, group or "", pin, now)
+            result = self._writes.upsert_start(
+                client_id, tenant, key, size, config, group, pin, now
+            )
+        else:
+            result = self._writes.put_start(
+                client_id, tenant, key, size, config, group or "", pin, now
+            )
+        if tags and result.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS):
+            # Admitted (a put of an existing key keeps its data and still gains the tags).
+            meta = self._objects.get((tenant, key))
+            if meta is not None:
+                self._state.sessions.add(meta, tags)
+        return result
 
     def put_end(self, client_id: str, tenant: str, key: str) -> ErrorCode:
         """Make a written object visible; see :meth:`batch_put_end`."""

@@ -21,6 +21,7 @@ from mooncake_py.master.eviction import LeaseOrderedLRU
 from mooncake_py.master.liveness import ClientRegistry
 from mooncake_py.master.metadata import ObjectId, ObjectMetadata, ObjectTable, Replica
 from mooncake_py.master.segments import SegmentManager
+from mooncake_py.master.sessions import SessionLimits, SessionRegistry, pinned_by_session
 from mooncake_py.types import ReplicaDescriptor, SegmentInfo
 
 
@@ -49,11 +50,13 @@ _GONE_SEGMENT = SegmentInfo(id="", name="", base=1, size=1, te_endpoint="")
 
 
 def is_soft_pinned(meta: ObjectMetadata, now: float) -> bool:
-    """True while ``meta`` is effectively soft pinned: its own TTL pin has not expired.
+    """True while ``meta`` is effectively soft pinned: its own TTL pin has not expired, or a
+    session holding it is pinned.
 
-    This is the one test eviction uses; it costs O(1) and takes no lock of its own.
+    This is the one test eviction uses; it costs O(sessions on the object) and reads the
+    session flags through the object's references, not through the registry.
     """
-    return meta.soft_pin_deadline > now
+    return meta.soft_pin_deadline > now or pinned_by_session(meta)
 
 
 class StoreState:
@@ -66,6 +69,14 @@ class StoreState:
 
     def __init__(self, config: MasterConfig, rng: random.Random | None = None) -> None:
         self.config = config
+        self.sessions = SessionRegistry(
+            SessionLimits(
+                max_sessions=config.kv_session_max_sessions,
+                max_members=config.kv_session_max_members,
+                max_per_object=config.kv_session_max_per_object,
+                max_batch=config.kv_session_max_batch,
+            )
+        )
         self.objects = ObjectTable()
         self.segments = SegmentManager(config.allocation_strategy, rng)
         self.clients = ClientRegistry(config.client_ttl)
@@ -98,9 +109,13 @@ class StoreState:
                 self.policy.on_touched(member.object_id)
 
     def erase(self, object_id: ObjectId) -> ObjectMetadata | None:
-        """Forget an object everywhere (its memory is the caller's business)."""
+        """Forget an object everywhere, its session memberships included (its memory is the
+        caller's business)."""
         self.policy.on_removed(object_id)
-        return self.objects.erase(object_id)
+        meta = self.objects.erase(object_id)
+        if meta is not None:
+            self.sessions.on_object_removed(meta)
+        return meta
 
     def release_replicas(
         self, meta: ObjectMetadata, doomed: list[Replica], now: float, keep_object: bool = False
@@ -187,6 +202,7 @@ class StoreState:
         """
         self.objects.check()
         self.segments.check()
+        self.sessions.check(self.objects)
         live: dict[str, int] = {}
         candidates: set[ObjectId] = set()
         for meta in self.objects:

@@ -116,10 +116,15 @@ class WritePath:
                 self._state.discard(replica, now + self._state.config.put_start_release_timeout_sec)
             self._state.objects.drop_replicas(existing, stuck)
             if not existing.replicas:
+                # Upsert keeps session memberships: carry them over to the new object.
+                memberships, existing.sessions = existing.sessions, None
                 self._state.erase(existing.object_id)
-                return self._create(
+                result = self._create(
                     client_id, tenant, key, size, config, existing.group_id, pin, now, existing
                 )
+                successor = self._state.objects.get(existing.object_id)
+                self._state.sessions.adopt(successor, key, memberships)
+                return result
         if existing.size == size:
             result = self._rewrite_in_place(existing, client_id, pin, now)
         else:

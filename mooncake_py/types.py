@@ -70,6 +70,25 @@ class ReplicateConfig:
     group_ids: list[str] | None = None
     soft_pin_action: SoftPinAction = SoftPinAction.PRESERVE
     soft_pin_ttl_ms: int | None = None
+    # KV sessions to tag each key with: one inner list per key (also for single puts).
+    kv_sessions: list[list[str]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class KvSessionInfo:
+    """A KV session as ``get_kv_session`` reports it."""
+
+    session_id: str
+    pinned: bool
+    member_count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class KvSessionPage:
+    """One page of a session's keys; an empty ``next_cursor`` means the listing is done."""
+
+    keys: list[str]
+    next_cursor: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,147 @@
+"""KV session operations of the master service facade (attach, pin, unpin, update, close,
+get, list keys). Mixed into :class:`mooncake_py.master.service.MasterService`, whose lock and
+state they use; see :mod:`mooncake_py.master.sessions` for the registry and its concurrency
+design.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from mooncake_py.errors import ErrorCode
+from mooncake_py.master.metadata import ObjectMetadata
+from mooncake_py.master.sessions import valid_session_id
+from mooncake_py.master.state import StoreState
+from mooncake_py.types import KvSessionInfo, KvSessionPage
+
+# Members examined per lock hold while updating or closing a session.
+UPDATE_PAGE = 256
+
+
+class SessionOps:
+    """Session calls; expects ``_lock``, ``_state`` and ``_resolve_tenant``."""
+
+    _lock: threading.Lock
+    _state: StoreState
+    _resolve_tenant: Callable[[str], str | None]
+
+    def attach_kv_session(self, tenant: str, session_id: str, keys: Sequence[str]) -> list[int]:
+        """Add existing objects to a session, creating it (unpinned) if needed.
+
+        Returns:
+            Per key: 0, OBJECT_NOT_FOUND, or SESSION_LIMIT_EXCEEDED (then nothing at all was
+            added); every key INVALID_PARAMS for a bad id, a bad key or more than
+            ``max_batch`` keys. Duplicate keys are harmless.
+        """
+        resolved = self._resolve_tenant(tenant)
+        registry = self._state.sessions
+        if (
+            resolved is None
+            or not valid_session_id(session_id)
+            or len(keys) > registry.limits.max_batch
+            or not all(isinstance(k, str) and k for k in keys)
+        ):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        with self._lock:
+            found: dict[str, ObjectMetadata] = {}
+            for key in keys:
+                meta = self._state.objects.get((resolved, key))
+                if meta is not None:
+                    found[key] = meta
+            plan = [(meta, key, [session_id]) for key, meta in found.items()]
+            code = registry.check_admission(resolved, plan)
+            if code != ErrorCode.OK:
+                return [int(code) if k in found else int(ErrorCode.OBJECT_NOT_FOUND) for k in keys]
+            for meta in found.values():
+                registry.add(meta, [session_id])
+            return [0 if k in found else int(ErrorCode.OBJECT_NOT_FOUND) for k in keys]
+
+    def set_kv_session_pin(self, tenant: str, session_id: str, pinned: bool) -> ErrorCode:
+        """Pin or unpin a session: one flag, O(1) whatever its size.
+
+        Returns:
+            OK, SESSION_NOT_FOUND, or INVALID_PARAMS for a bad id.
+        """
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or not valid_session_id(session_id):
+            return ErrorCode.INVALID_PARAMS
+        with self._lock:
+            session = self._state.sessions.get(resolved, session_id)
+            if session is None:
+                return ErrorCode.SESSION_NOT_FOUND
+            session.pinned = pinned
+            return ErrorCode.OK
+
+    def update_kv_session(
+        self, tenant: str, session_id: str, keep_keys: Sequence[str] | None
+    ) -> ErrorCode:
+        """Keep only the members in ``keep_keys`` (``None``: keep none, i.e. close).
+
+        Never adds members, ignores unknown keys and never deletes data. Walks the members in
+        pages of ``UPDATE_PAGE``, taking the lock per page, so it is not one transaction and
+        may interleave with writes. An empty result deletes the session with its pin.
+
+        Returns:
+            OK (also for an unknown session), SESSION_LIMIT_EXCEEDED for a keep set larger
+            than the member limit (checked before any change), INVALID_PARAMS for a bad id.
+        """
+        resolved = self._resolve_tenant(tenant)
+        registry = self._state.sessions
+        if resolved is None or not valid_session_id(session_id):
+            return ErrorCode.INVALID_PARAMS
+        keep = frozenset(keep_keys or ())
+        if len(keep) > registry.limits.max_members:
+            return ErrorCode.SESSION_LIMIT_EXCEEDED
+        cursor = ""
+        while True:
+            with self._lock:
+                session = registry.get(resolved, session_id)
+                if session is None:
+                    return ErrorCode.OK
+                page, cursor = registry.page(session, cursor, UPDATE_PAGE)
+                for key in page:
+                    meta = self._state.objects.get((resolved, key))
+                    if key not in keep and meta is not None:
+                        registry.detach(meta, session)
+            if not cursor:
+                return ErrorCode.OK
+
+    def close_kv_session(self, tenant: str, session_id: str) -> ErrorCode:
+        """Drop every membership and the pin; shared data stays cached. Idempotent."""
+        return self.update_kv_session(tenant, session_id, None)
+
+    def get_kv_session(
+        self, tenant: str, session_id: str
+    ) -> tuple[ErrorCode, KvSessionInfo | None]:
+        """(OK, info), (SESSION_NOT_FOUND, None) or (INVALID_PARAMS, None)."""
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or not valid_session_id(session_id):
+            return ErrorCode.INVALID_PARAMS, None
+        with self._lock:
+            info = self._state.sessions.info(resolved, session_id)
+        if info is None:
+            return ErrorCode.SESSION_NOT_FOUND, None
+        return ErrorCode.OK, KvSessionInfo(info.session_id, info.pinned, info.member_count)
+
+    def list_kv_session_keys(
+        self, tenant: str, session_id: str, cursor: str = "", limit: int = 1024
+    ) -> tuple[ErrorCode, KvSessionPage | None]:
+        """One page of member keys after ``cursor`` (exclusive), in key order.
+
+        Returns:
+            (OK, page); (SESSION_NOT_FOUND, None); (INVALID_PARAMS, None) for a bad id or a
+            limit outside [1, max_batch].
+        """
+        resolved = self._resolve_tenant(tenant)
+        registry = self._state.sessions
+        if resolved is None or not valid_session_id(session_id):
+            return ErrorCode.INVALID_PARAMS, None
+        if not 1 <= limit <= registry.limits.max_batch:
+            return ErrorCode.INVALID_PARAMS, None
+        with self._lock:
+            session = registry.get(resolved, session_id)
+            if session is None:
+                return ErrorCode.SESSION_NOT_FOUND, None
+            keys, next_cursor = registry.page(session, cursor, limit)
+        return ErrorCode.OK, KvSessionPage(keys, next_cursor)
