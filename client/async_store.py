@@ -44,6 +44,13 @@ ASYNC_METHODS = (
     "batch_remove",
     "remove_by_regex",
     "remove_all",
+    "attach_kv_session",
+    "pin_kv_session",
+    "unpin_kv_session",
+    "update_kv_session",
+    "close_kv_session",
+    "get_kv_session",
+    "list_kv_session_keys",
 )
 SYNC_METHODS = ("get_hostname", "health_check", "register_buffer", "unregister_buffer")
 

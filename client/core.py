@@ -146,7 +146,8 @@ class ClientCore:
         Returns:
             Per key: 0 (for a put, also when the key already existed) or a negative code.
         """
-        if len(keys) != len(values):
+        tags = config.kv_sessions
+        if len(keys) != len(values) or (tags is not None and len(tags) != len(keys)):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
         if not keys:
             return []
@@ -198,7 +199,10 @@ class ClientCore:
         kept = [i for i, size in enumerate(sizes) if size > 0]
         if kept:
             written = self.put_many(
-                [keys[i] for i in kept], [values[i] for i in kept], config, upsert
+                [keys[i] for i in kept],
+                [values[i] for i in kept],
+                config_for_keys(config, kept),
+                upsert,
             )
             for i, code in zip(kept, written, strict=True):
                 results[i] = code
@@ -274,6 +278,16 @@ class ClientCore:
         if self._segment is not None:
             self._segment.close()
         self.master.close()
+
+
+def config_for_keys(config: ReplicateConfig, indices: Sequence[int]) -> ReplicateConfig:
+    """``config`` for the keys at ``indices`` of a batch: per-key lists sliced to match."""
+    groups, tags = config.group_ids, config.kv_sessions
+    return dataclasses.replace(
+        config,
+        group_ids=None if groups is None else [groups[i] for i in indices],
+        kv_sessions=None if tags is None else [tags[i] for i in indices],
+    )
 
 
 def _success_if_exists(code: int) -> int:

@@ -22,6 +22,8 @@ from mooncake_py.client.channel_client import ChannelClient, ChannelError
 from mooncake_py.errors import ErrorCode, MasterUnavailableError
 from mooncake_py.types import (
     ClientStatus,
+    KvSessionInfo,
+    KvSessionPage,
     PutStartResult,
     ReplicaDescriptor,
     ReplicaListResult,
@@ -248,15 +250,8 @@ class MasterClient:
     def put_start(
         self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
     ) -> PutStartResult:
-        """PutStart for one key."""
-        request = pb.PutStartRequest(
-            client_id=client_id,
-            key=key,
-            value_length=size,
-            config=encode_config(config),
-            tenant_id=tenant,
-        )
-        return _decode_put_start(self._call("PutStart", request))
+        """PutStart for one key (PutStartWithKvSessions when ``config.kv_sessions`` is set)."""
+        return self._start_one("PutStart", client_id, tenant, key, size, config)
 
     def batch_put_start(
         self,
@@ -266,28 +261,14 @@ class MasterClient:
         sizes: Sequence[int],
         config: ReplicateConfig,
     ) -> list[PutStartResult]:
-        """BatchPutStart: one result per key, in order."""
-        request = pb.BatchPutStartRequest(
-            client_id=client_id,
-            keys=keys,
-            value_lengths=sizes,
-            config=encode_config(config),
-            tenant_id=tenant,
-        )
-        return [_decode_put_start(r) for r in self._call("BatchPutStart", request).results]
+        """BatchPutStart (or its tagged form): one result per key, in order."""
+        return self._start_batch("BatchPutStart", client_id, tenant, keys, sizes, config)
 
     def upsert_start(
         self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
     ) -> PutStartResult:
         """UpsertStart for one key (finish with put_end / put_revoke)."""
-        request = pb.PutStartRequest(
-            client_id=client_id,
-            key=key,
-            value_length=size,
-            config=encode_config(config),
-            tenant_id=tenant,
-        )
-        return _decode_put_start(self._call("UpsertStart", request))
+        return self._start_one("UpsertStart", client_id, tenant, key, size, config)
 
     def batch_upsert_start(
         self,
@@ -297,7 +278,37 @@ class MasterClient:
         sizes: Sequence[int],
         config: ReplicateConfig,
     ) -> list[PutStartResult]:
-        """BatchUpsertStart: one result per key, in order."""
+        """BatchUpsertStart (or its tagged form): one result per key, in order."""
+        return self._start_batch("BatchUpsertStart", client_id, tenant, keys, sizes, config)
+
+    def _start_one(
+        self, method: str, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
+    ) -> PutStartResult:
+        request = pb.PutStartRequest(
+            client_id=client_id,
+            key=key,
+            value_length=size,
+            config=encode_config(config),
+            tenant_id=tenant,
+        )
+        if config.kv_sessions is None:
+            return _decode_put_start(self._call(method, request))
+        if len(config.kv_sessions) != 1:
+            return PutStartResult(int(ErrorCode.INVALID_PARAMS))
+        tagged = pb.PutStartWithKvSessionsRequest(
+            put=request, kv_sessions=pb.KvSessionTags(session_ids=config.kv_sessions[0])
+        )
+        return _decode_put_start(self._call(f"{method}WithKvSessions", tagged))
+
+    def _start_batch(
+        self,
+        method: str,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        config: ReplicateConfig,
+    ) -> list[PutStartResult]:
         request = pb.BatchPutStartRequest(
             client_id=client_id,
             keys=keys,
@@ -305,7 +316,13 @@ class MasterClient:
             config=encode_config(config),
             tenant_id=tenant,
         )
-        return [_decode_put_start(r) for r in self._call("BatchUpsertStart", request).results]
+        if config.kv_sessions is None:
+            answer = self._call(method, request)
+        else:
+            tags = [pb.KvSessionTags(session_ids=ids) for ids in config.kv_sessions]
+            tagged = pb.BatchPutStartWithKvSessionsRequest(put=request, kv_sessions=tags)
+            answer = self._call(f"{method}WithKvSessions", tagged)
+        return [_decode_put_start(r) for r in answer.results]
 
     def put_end(self, client_id: str, tenant: str, key: str) -> int:
         """PutEnd for one key; returns a code."""
@@ -358,6 +375,51 @@ class MasterClient:
         return list(
             self._call("BatchExistKey", pb.BatchKeysRequest(keys=keys, tenant_id=tenant)).results
         )
+
+    # -- KV sessions -----------------------------------------------------------------------
+
+    def attach_kv_session(self, tenant: str, session_id: str, keys: Sequence[str]) -> list[int]:
+        """AttachKvSession: per key 0 or a negative code."""
+        request = pb.AttachKvSessionRequest(session_id=session_id, keys=keys, tenant_id=tenant)
+        return list(self._call("AttachKvSession", request).codes)
+
+    def set_kv_session_pin(self, tenant: str, session_id: str, pinned: bool) -> int:
+        """PinKvSession / UnpinKvSession; returns a code."""
+        request = pb.KvSessionRequest(session_id=session_id, tenant_id=tenant)
+        return int(self._call("PinKvSession" if pinned else "UnpinKvSession", request).code)
+
+    def update_kv_session(self, tenant: str, session_id: str, keep_keys: Sequence[str]) -> int:
+        """UpdateKvSession; returns a code."""
+        request = pb.UpdateKvSessionRequest(
+            session_id=session_id, keep_keys=keep_keys, tenant_id=tenant
+        )
+        return int(self._call("UpdateKvSession", request).code)
+
+    def close_kv_session(self, tenant: str, session_id: str) -> int:
+        """CloseKvSession; returns a code."""
+        request = pb.KvSessionRequest(session_id=session_id, tenant_id=tenant)
+        return int(self._call("CloseKvSession", request).code)
+
+    def get_kv_session(self, tenant: str, session_id: str) -> tuple[int, KvSessionInfo | None]:
+        """GetKvSession: (code, info or None)."""
+        answer = self._call(
+            "GetKvSession", pb.KvSessionRequest(session_id=session_id, tenant_id=tenant)
+        )
+        if answer.code:
+            return int(answer.code), None
+        return 0, KvSessionInfo(answer.session_id, answer.pinned, answer.member_count)
+
+    def list_kv_session_keys(
+        self, tenant: str, session_id: str, cursor: str, limit: int
+    ) -> tuple[int, KvSessionPage | None]:
+        """ListKvSessionKeys: (code, page or None)."""
+        request = pb.ListKvSessionKeysRequest(
+            session_id=session_id, cursor=cursor, limit=limit, tenant_id=tenant
+        )
+        answer = self._call("ListKvSessionKeys", request)
+        if answer.code:
+            return int(answer.code), None
+        return 0, KvSessionPage(list(answer.keys), answer.next_cursor)
 
     # -- remove family ---------------------------------------------------------------------
 

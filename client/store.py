@@ -30,8 +30,9 @@ import pyarrow as pa
 from sortedcontainers import SortedDict
 
 from mooncake_py.client.config import ClientConfig
-from mooncake_py.client.core import ClientCore
+from mooncake_py.client.core import ClientCore, config_for_keys
 from mooncake_py.client.data_plane import view_of_address
+from mooncake_py.client.sessions import KvSessionMethods
 from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import ReplicateConfig
 
@@ -62,7 +63,7 @@ def _bytes_view(value: Any) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(KvSessionMethods):
     """A client of a mooncake-py store; see the module docstring for conventions."""
 
     def __init__(self) -> None:
@@ -252,13 +253,16 @@ class MooncakeDistributedStore:
         config: ReplicateConfig | None,
         upsert: bool,
     ) -> list[int]:
-        if not len(keys) == len(buffer_ptrs) == len(sizes):
+        config = config or ReplicateConfig()
+        tags = config.kv_sessions
+        if not len(keys) == len(buffer_ptrs) == len(sizes) or (tags and len(tags) != len(keys)):
             return [INVALID] * len(keys)
         views = [self._registered_view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
         valid = [i for i, v in enumerate(views) if v is not None]
         results = [INVALID] * len(keys)
         values = [[view] for view in views if view is not None]
-        written = self._write([keys[i] for i in valid], values, config, upsert)
+        subset = config if len(valid) == len(keys) else config_for_keys(config, valid)
+        written = self._write([keys[i] for i in valid], values, subset, upsert)
         for i, code in zip(valid, written, strict=True):
             results[i] = code
         return results

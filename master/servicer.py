@@ -258,6 +258,117 @@ class MasterServicer:
         )
         return pb.BatchStatusResponse(codes=[int(c) for c in codes])
 
+    # -- tagged writes and sessions --------------------------------------------------------
+
+    def _tagged_config(self, config: pb.ReplicateConfig, tags: list[Any]) -> ReplicateConfig:
+        typed = decode_config(config)
+        typed.kv_sessions = [list(t.session_ids) for t in tags]
+        return typed
+
+    @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
+    def PutStartWithKvSessions(
+        self, request: pb.PutStartWithKvSessionsRequest
+    ) -> pb.PutStartResponse:
+        put = request.put
+        config = self._tagged_config(put.config, [request.kv_sessions])
+        result = self._service.put_start(
+            put.client_id, put.tenant_id, put.key, put.value_length, config
+        )
+        return encode_put_start(result)
+
+    @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
+    def UpsertStartWithKvSessions(
+        self, request: pb.PutStartWithKvSessionsRequest
+    ) -> pb.PutStartResponse:
+        put = request.put
+        config = self._tagged_config(put.config, [request.kv_sessions])
+        result = self._service.upsert_start(
+            put.client_id, put.tenant_id, put.key, put.value_length, config
+        )
+        return encode_put_start(result)
+
+    @_guarded(
+        lambda r: pb.BatchPutStartResponse(
+            results=[pb.PutStartResponse(code=_INTERNAL)] * len(r.put.keys)
+        )
+    )
+    def BatchPutStartWithKvSessions(
+        self, request: pb.BatchPutStartWithKvSessionsRequest
+    ) -> pb.BatchPutStartResponse:
+        return self._batch_tagged(request, self._service.batch_put_start)
+
+    @_guarded(
+        lambda r: pb.BatchPutStartResponse(
+            results=[pb.PutStartResponse(code=_INTERNAL)] * len(r.put.keys)
+        )
+    )
+    def BatchUpsertStartWithKvSessions(
+        self, request: pb.BatchPutStartWithKvSessionsRequest
+    ) -> pb.BatchPutStartResponse:
+        return self._batch_tagged(request, self._service.batch_upsert_start)
+
+    def _batch_tagged(
+        self, request: pb.BatchPutStartWithKvSessionsRequest, start: Any
+    ) -> pb.BatchPutStartResponse:
+        put = request.put
+        config = self._tagged_config(put.config, list(request.kv_sessions))
+        results = start(
+            put.client_id, put.tenant_id, list(put.keys), list(put.value_lengths), config
+        )
+        return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
+
+    @_guarded(lambda r: pb.BatchStatusResponse(codes=[_INTERNAL] * len(r.keys)))
+    def AttachKvSession(self, request: pb.AttachKvSessionRequest) -> pb.BatchStatusResponse:
+        codes = self._service.attach_kv_session(
+            request.tenant_id, request.session_id, list(request.keys)
+        )
+        return pb.BatchStatusResponse(codes=codes)
+
+    @_guarded(_status_failure)
+    def PinKvSession(self, request: pb.KvSessionRequest) -> pb.StatusResponse:
+        code = self._service.set_kv_session_pin(request.tenant_id, request.session_id, True)
+        return pb.StatusResponse(code=int(code))
+
+    @_guarded(_status_failure)
+    def UnpinKvSession(self, request: pb.KvSessionRequest) -> pb.StatusResponse:
+        code = self._service.set_kv_session_pin(request.tenant_id, request.session_id, False)
+        return pb.StatusResponse(code=int(code))
+
+    @_guarded(_status_failure)
+    def UpdateKvSession(self, request: pb.UpdateKvSessionRequest) -> pb.StatusResponse:
+        code = self._service.update_kv_session(
+            request.tenant_id, request.session_id, list(request.keep_keys)
+        )
+        return pb.StatusResponse(code=int(code))
+
+    @_guarded(_status_failure)
+    def CloseKvSession(self, request: pb.KvSessionRequest) -> pb.StatusResponse:
+        code = self._service.close_kv_session(request.tenant_id, request.session_id)
+        return pb.StatusResponse(code=int(code))
+
+    @_guarded(lambda _: pb.KvSessionInfoResponse(code=_INTERNAL))
+    def GetKvSession(self, request: pb.KvSessionRequest) -> pb.KvSessionInfoResponse:
+        code, info = self._service.get_kv_session(request.tenant_id, request.session_id)
+        if info is None:
+            return pb.KvSessionInfoResponse(code=int(code), session_id=request.session_id)
+        return pb.KvSessionInfoResponse(
+            code=int(code),
+            session_id=info.session_id,
+            pinned=info.pinned,
+            member_count=info.member_count,
+        )
+
+    @_guarded(lambda _: pb.KvSessionPageResponse(code=_INTERNAL))
+    def ListKvSessionKeys(self, request: pb.ListKvSessionKeysRequest) -> pb.KvSessionPageResponse:
+        code, page = self._service.list_kv_session_keys(
+            request.tenant_id, request.session_id, request.cursor, request.limit
+        )
+        if page is None:
+            return pb.KvSessionPageResponse(code=int(code))
+        return pb.KvSessionPageResponse(
+            code=int(code), keys=page.keys, next_cursor=page.next_cursor
+        )
+
     # -- read path -------------------------------------------------------------------------
 
     @_guarded(lambda _: pb.GetReplicaListResponse(code=_INTERNAL))

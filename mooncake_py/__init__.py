@@ -8,6 +8,8 @@ Drop-in for upstream's Python API::
 from mooncake_py.client import AsyncMooncakeStore, ClientConfig, MooncakeDistributedStore
 from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import (
+    KvSessionInfo,
+    KvSessionPage,
     ObjectDataType,
     ReplicaStatus,
     ReplicateConfig,
@@ -20,6 +22,8 @@ __all__ = [
     "AsyncMooncakeStore",
     "ClientConfig",
     "ErrorCode",
+    "KvSessionInfo",
+    "KvSessionPage",
     "MooncakeDistributedStore",
     "MooncakeError",
     "ObjectDataType",

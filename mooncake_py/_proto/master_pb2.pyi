@@ -285,3 +285,87 @@ class RemoveAllRequest(_message.Message):
     force: bool
     tenant_id: str
     def __init__(self, client_id: _Optional[str] = ..., force: _Optional[bool] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class KvSessionTags(_message.Message):
+    __slots__ = ("session_ids",)
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PutStartWithKvSessionsRequest(_message.Message):
+    __slots__ = ("put", "kv_sessions")
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    KV_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    put: PutStartRequest
+    kv_sessions: KvSessionTags
+    def __init__(self, put: _Optional[_Union[PutStartRequest, _Mapping]] = ..., kv_sessions: _Optional[_Union[KvSessionTags, _Mapping]] = ...) -> None: ...
+
+class BatchPutStartWithKvSessionsRequest(_message.Message):
+    __slots__ = ("put", "kv_sessions")
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    KV_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    put: BatchPutStartRequest
+    kv_sessions: _containers.RepeatedCompositeFieldContainer[KvSessionTags]
+    def __init__(self, put: _Optional[_Union[BatchPutStartRequest, _Mapping]] = ..., kv_sessions: _Optional[_Iterable[_Union[KvSessionTags, _Mapping]]] = ...) -> None: ...
+
+class KvSessionRequest(_message.Message):
+    __slots__ = ("session_id", "tenant_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tenant_id: str
+    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class AttachKvSessionRequest(_message.Message):
+    __slots__ = ("session_id", "keys", "tenant_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    tenant_id: str
+    def __init__(self, session_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class UpdateKvSessionRequest(_message.Message):
+    __slots__ = ("session_id", "keep_keys", "tenant_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEEP_KEYS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    keep_keys: _containers.RepeatedScalarFieldContainer[str]
+    tenant_id: str
+    def __init__(self, session_id: _Optional[str] = ..., keep_keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class ListKvSessionKeysRequest(_message.Message):
+    __slots__ = ("session_id", "cursor", "limit", "tenant_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    cursor: str
+    limit: int
+    tenant_id: str
+    def __init__(self, session_id: _Optional[str] = ..., cursor: _Optional[str] = ..., limit: _Optional[int] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class KvSessionInfoResponse(_message.Message):
+    __slots__ = ("code", "session_id", "pinned", "member_count")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    session_id: str
+    pinned: bool
+    member_count: int
+    def __init__(self, code: _Optional[int] = ..., session_id: _Optional[str] = ..., pinned: _Optional[bool] = ..., member_count: _Optional[int] = ...) -> None: ...
+
+class KvSessionPageResponse(_message.Message):
+    __slots__ = ("code", "keys", "next_cursor")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    next_cursor: str
+    def __init__(self, code: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., next_cursor: _Optional[str] = ...) -> None: ...

@@ -99,6 +99,61 @@ class MasterServiceStub:
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.FromString,
                 _registered_method=True)
+        self.PutStartWithKvSessions = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/PutStartWithKvSessions',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.PutStartWithKvSessionsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.PutStartResponse.FromString,
+                _registered_method=True)
+        self.BatchPutStartWithKvSessions = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/BatchPutStartWithKvSessions',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartWithKvSessionsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.FromString,
+                _registered_method=True)
+        self.UpsertStartWithKvSessions = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/UpsertStartWithKvSessions',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.PutStartWithKvSessionsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.PutStartResponse.FromString,
+                _registered_method=True)
+        self.BatchUpsertStartWithKvSessions = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/BatchUpsertStartWithKvSessions',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartWithKvSessionsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.FromString,
+                _registered_method=True)
+        self.AttachKvSession = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/AttachKvSession',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.AttachKvSessionRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+                _registered_method=True)
+        self.PinKvSession = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/PinKvSession',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+                _registered_method=True)
+        self.UnpinKvSession = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/UnpinKvSession',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+                _registered_method=True)
+        self.UpdateKvSession = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/UpdateKvSession',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.UpdateKvSessionRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+                _registered_method=True)
+        self.CloseKvSession = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/CloseKvSession',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+                _registered_method=True)
+        self.GetKvSession = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/GetKvSession',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionInfoResponse.FromString,
+                _registered_method=True)
+        self.ListKvSessionKeys = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/ListKvSessionKeys',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.ListKvSessionKeysRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionPageResponse.FromString,
+                _registered_method=True)
         self.GetReplicaList = channel.unary_unary(
                 '/mooncake_py.v1.MasterService/GetReplicaList',
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.KeyRequest.SerializeToString,
@@ -226,6 +281,75 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutStartWithKvSessions(self, request, context):
+        """Tagged writes: the same as the untagged ones plus KV session tags per key. They are separate
+        RPCs so that a master without session support rejects them instead of dropping the tags.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchPutStartWithKvSessions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpsertStartWithKvSessions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchUpsertStartWithKvSessions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AttachKvSession(self, request, context):
+        """KV sessions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PinKvSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnpinKvSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateKvSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseKvSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetKvSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListKvSessionKeys(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetReplicaList(self, request, context):
         """Read and query path. Successful lookups grant a read lease.
         """
@@ -343,6 +467,61 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.BatchUpsertStart,
                     request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.SerializeToString,
+            ),
+            'PutStartWithKvSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutStartWithKvSessions,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.PutStartWithKvSessionsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.PutStartResponse.SerializeToString,
+            ),
+            'BatchPutStartWithKvSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchPutStartWithKvSessions,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartWithKvSessionsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.SerializeToString,
+            ),
+            'UpsertStartWithKvSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpsertStartWithKvSessions,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.PutStartWithKvSessionsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.PutStartResponse.SerializeToString,
+            ),
+            'BatchUpsertStartWithKvSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchUpsertStartWithKvSessions,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartWithKvSessionsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.SerializeToString,
+            ),
+            'AttachKvSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttachKvSession,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.AttachKvSessionRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.SerializeToString,
+            ),
+            'PinKvSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.PinKvSession,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.SerializeToString,
+            ),
+            'UnpinKvSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnpinKvSession,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.SerializeToString,
+            ),
+            'UpdateKvSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateKvSession,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.UpdateKvSessionRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.SerializeToString,
+            ),
+            'CloseKvSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseKvSession,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.SerializeToString,
+            ),
+            'GetKvSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetKvSession,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionInfoResponse.SerializeToString,
+            ),
+            'ListKvSessionKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListKvSessionKeys,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.ListKvSessionKeysRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionPageResponse.SerializeToString,
             ),
             'GetReplicaList': grpc.unary_unary_rpc_method_handler(
                     servicer.GetReplicaList,
@@ -736,6 +915,303 @@ class MasterService:
             '/mooncake_py.v1.MasterService/BatchUpsertStart',
             mooncake__py_dot___proto_dot_master__pb2.BatchPutStartRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutStartWithKvSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/PutStartWithKvSessions',
+            mooncake__py_dot___proto_dot_master__pb2.PutStartWithKvSessionsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.PutStartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchPutStartWithKvSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/BatchPutStartWithKvSessions',
+            mooncake__py_dot___proto_dot_master__pb2.BatchPutStartWithKvSessionsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpsertStartWithKvSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/UpsertStartWithKvSessions',
+            mooncake__py_dot___proto_dot_master__pb2.PutStartWithKvSessionsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.PutStartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchUpsertStartWithKvSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/BatchUpsertStartWithKvSessions',
+            mooncake__py_dot___proto_dot_master__pb2.BatchPutStartWithKvSessionsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchPutStartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachKvSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/AttachKvSession',
+            mooncake__py_dot___proto_dot_master__pb2.AttachKvSessionRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PinKvSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/PinKvSession',
+            mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnpinKvSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/UnpinKvSession',
+            mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateKvSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/UpdateKvSession',
+            mooncake__py_dot___proto_dot_master__pb2.UpdateKvSessionRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseKvSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/CloseKvSession',
+            mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetKvSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/GetKvSession',
+            mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.KvSessionInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListKvSessionKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/ListKvSessionKeys',
+            mooncake__py_dot___proto_dot_master__pb2.ListKvSessionKeysRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.KvSessionPageResponse.FromString,
             options,
             channel_credentials,
             insecure,
