@@ -11,7 +11,6 @@ import pytest
 from mooncake_py import (
     ErrorCode,
     KvSessionInfo,
-    MooncakeDistributedStore,
     MooncakeError,
     ReplicateConfig,
 )
