@@ -89,6 +89,20 @@ def decode_replica(message: pb.ReplicaDescriptor) -> ReplicaDescriptor:
     )
 
 
+def decode_session_info(message: pb.KvSessionInfo) -> KvSessionInfo:
+    """Protobuf session info to :class:`KvSessionInfo`."""
+    return KvSessionInfo(
+        session_id=message.session_id,
+        pinned=message.pinned,
+        member_count=message.member_count,
+        created_at=message.created_at,
+        last_active_at=message.last_active_at,
+        bytes=message.bytes,
+        exclusive_bytes=message.exclusive_bytes,
+        idle_ms=message.idle_ms,
+    )
+
+
 def _decode_put_start(message: pb.PutStartResponse) -> PutStartResult:
     return PutStartResult(message.code, tuple(decode_replica(r) for r in message.replicas))
 
@@ -407,7 +421,7 @@ class MasterClient:
         )
         if answer.code:
             return int(answer.code), None
-        return 0, KvSessionInfo(answer.session_id, answer.pinned, answer.member_count)
+        return 0, decode_session_info(answer.info)
 
     def list_kv_session_keys(
         self, tenant: str, session_id: str, cursor: str, limit: int

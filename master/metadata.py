@@ -13,7 +13,7 @@ Thread-safety: none. The master service serializes every call under its lock.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mooncake_py.types import ReplicaStatus, SoftPinAction
@@ -64,6 +64,9 @@ class ObjectMetadata:
     group_id: str = ""
     # KV sessions holding this object (None rather than an empty set: most objects have none).
     sessions: set[Any] | None = None
+    # Bytes this object contributes to each of its sessions' accounting (size x replicas when
+    # last reweighed); meaningful only while ``sessions`` is set.
+    session_weight: int = 0
 
     @property
     def object_id(self) -> ObjectId:
@@ -102,7 +105,8 @@ class ObjectTable:
     exact; :meth:`check` verifies them against a recount.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_reweigh: Callable[[ObjectMetadata], None] | None = None) -> None:
+        self._on_reweigh = on_reweigh
         self._objects: dict[ObjectId, ObjectMetadata] = {}
         # Insertion order is put-start order: re-puts delete and reinsert, so the oldest
         # in-flight write is always first.
@@ -160,6 +164,8 @@ class ObjectTable:
             if replica.segment_id not in kept_segments:
                 self._unindex_segment(replica.segment_id, meta.object_id)
         self._refresh_processing(meta)
+        if self._on_reweigh is not None:
+            self._on_reweigh(meta)
 
     def add_replicas(self, meta: ObjectMetadata, replicas: list[Replica]) -> None:
         """Give ``meta`` more replicas (an upsert that reallocated)."""
@@ -167,6 +173,8 @@ class ObjectTable:
         for replica in replicas:
             self._by_segment.setdefault(replica.segment_id, {})[meta.object_id] = None
         self._refresh_processing(meta)
+        if self._on_reweigh is not None:
+            self._on_reweigh(meta)
 
     def mark_processing(self, meta: ObjectMetadata) -> None:
         """Flip every COMPLETE replica of ``meta`` back to PROCESSING (a rewrite in place)."""

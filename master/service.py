@@ -281,7 +281,7 @@ class MasterService(SessionOps):
             # Admitted (a put of an existing key keeps its data and still gains the tags).
             meta = self._objects.get((tenant, key))
             if meta is not None:
-                self._state.sessions.add(meta, tags)
+                self._state.sessions.add(meta, tags, now)
         return result
 
     def put_end(self, client_id: str, tenant: str, key: str) -> ErrorCode:

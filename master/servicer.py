@@ -21,6 +21,7 @@ from mooncake_py._proto import master_pb2 as pb
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.service import SERVICE_VERSION, MasterService
 from mooncake_py.types import (
+    KvSessionInfo,
     ObjectDataType,
     PutStartResult,
     ReplicaDescriptor,
@@ -131,6 +132,11 @@ def encode_replica_list(result: ReplicaListResult) -> pb.GetReplicaListResponse:
         lease_ttl_ms=result.lease_ttl_ms,
         size=result.size,
     )
+
+
+def encode_session_info(info: KvSessionInfo) -> pb.KvSessionInfo:
+    """:class:`KvSessionInfo` to protobuf."""
+    return pb.KvSessionInfo(**dataclasses.asdict(info))
 
 
 class MasterServicer:
@@ -350,13 +356,8 @@ class MasterServicer:
     def GetKvSession(self, request: pb.KvSessionRequest) -> pb.KvSessionInfoResponse:
         code, info = self._service.get_kv_session(request.tenant_id, request.session_id)
         if info is None:
-            return pb.KvSessionInfoResponse(code=int(code), session_id=request.session_id)
-        return pb.KvSessionInfoResponse(
-            code=int(code),
-            session_id=info.session_id,
-            pinned=info.pinned,
-            member_count=info.member_count,
-        )
+            return pb.KvSessionInfoResponse(code=int(code))
+        return pb.KvSessionInfoResponse(code=int(code), info=encode_session_info(info))
 
     @_guarded(lambda _: pb.KvSessionPageResponse(code=_INTERNAL))
     def ListKvSessionKeys(self, request: pb.ListKvSessionKeysRequest) -> pb.KvSessionPageResponse:

@@ -7,11 +7,12 @@ design.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.metadata import ObjectMetadata
-from mooncake_py.master.sessions import valid_session_id
+from mooncake_py.master.sessions import SessionInfo, valid_session_id
 from mooncake_py.master.state import StoreState
 from mooncake_py.types import KvSessionInfo, KvSessionPage
 
@@ -24,6 +25,7 @@ class SessionOps:
 
     _lock: threading.Lock
     _state: StoreState
+    _clock: Callable[[], float]
     _resolve_tenant: Callable[[str], str | None]
 
     def attach_kv_session(self, tenant: str, session_id: str, keys: Sequence[str]) -> list[int]:
@@ -53,8 +55,9 @@ class SessionOps:
             code = registry.check_admission(resolved, plan)
             if code != ErrorCode.OK:
                 return [int(code) if k in found else int(ErrorCode.OBJECT_NOT_FOUND) for k in keys]
+            now = self._clock()
             for meta in found.values():
-                registry.add(meta, [session_id])
+                registry.add(meta, [session_id], now)
             return [0 if k in found else int(ErrorCode.OBJECT_NOT_FOUND) for k in keys]
 
     def set_kv_session_pin(self, tenant: str, session_id: str, pinned: bool) -> ErrorCode:
@@ -71,6 +74,7 @@ class SessionOps:
             if session is None:
                 return ErrorCode.SESSION_NOT_FOUND
             session.pinned = pinned
+            self._state.sessions.touch(session, self._clock())
             return ErrorCode.OK
 
     def update_kv_session(
@@ -99,6 +103,8 @@ class SessionOps:
                 session = registry.get(resolved, session_id)
                 if session is None:
                     return ErrorCode.OK
+                if not cursor and keep_keys is not None:
+                    registry.touch(session, self._clock())
                 page, cursor = registry.page(session, cursor, UPDATE_PAGE)
                 for key in page:
                     meta = self._state.objects.get((resolved, key))
@@ -120,9 +126,24 @@ class SessionOps:
             return ErrorCode.INVALID_PARAMS, None
         with self._lock:
             info = self._state.sessions.info(resolved, session_id)
+            now = self._clock()
         if info is None:
             return ErrorCode.SESSION_NOT_FOUND, None
-        return ErrorCode.OK, KvSessionInfo(info.session_id, info.pinned, info.member_count)
+        return ErrorCode.OK, self._public_info(info, now)
+
+    def _public_info(self, info: SessionInfo, now: float) -> KvSessionInfo:
+        """Service-clock times to Unix times, plus idle time."""
+        offset = time.time() - now
+        return KvSessionInfo(
+            session_id=info.session_id,
+            pinned=info.pinned,
+            member_count=info.member_count,
+            created_at=info.created_at + offset,
+            last_active_at=info.last_active_at + offset,
+            bytes=info.bytes,
+            exclusive_bytes=info.exclusive_bytes,
+            idle_ms=max(0, int((now - info.last_active_at) * 1000)),
+        )
 
     def list_kv_session_keys(
         self, tenant: str, session_id: str, cursor: str = "", limit: int = 1024

@@ -48,15 +48,33 @@ class SessionLimits:
 
 
 class KvSession:
-    """One session: its members (keys, kept sorted for paging) and its pin flag."""
+    """One session: its members (keys, kept sorted for paging), its pin flag, and accounting.
 
-    __slots__ = ("tenant", "session_id", "pinned", "members")
+    ``bytes`` is the sum of the members' sizes times their replicas; ``exclusive_bytes`` the
+    part of it held by members that belong to no other session. Both are kept exact on every
+    change (see :meth:`SessionRegistry.reweigh`), never recomputed on a read.
+    """
 
-    def __init__(self, tenant: str, session_id: str) -> None:
+    __slots__ = (
+        "tenant",
+        "session_id",
+        "pinned",
+        "members",
+        "created_at",
+        "last_active_at",
+        "bytes",
+        "exclusive_bytes",
+    )
+
+    def __init__(self, tenant: str, session_id: str, now: float) -> None:
         self.tenant = tenant
         self.session_id = session_id
         self.pinned = False
         self.members: SortedSet = SortedSet()
+        self.created_at = now
+        self.last_active_at = now
+        self.bytes = 0
+        self.exclusive_bytes = 0
 
     def __repr__(self) -> str:
         return f"KvSession({self.tenant!r}, {self.session_id!r}, members={len(self.members)})"
@@ -64,11 +82,33 @@ class KvSession:
 
 @dataclasses.dataclass(frozen=True)
 class SessionInfo:
-    """What ``get_kv_session`` reports."""
+    """What ``get_kv_session`` reports (times on the service clock)."""
 
     session_id: str
     pinned: bool
     member_count: int
+    created_at: float
+    last_active_at: float
+    bytes: int
+    exclusive_bytes: int
+
+
+def weight(meta: ObjectMetadata) -> int:
+    """Bytes an object holds: its size times its replicas."""
+    return meta.size * len(meta.replicas)
+
+
+def describe(session: KvSession) -> SessionInfo:
+    """A session's reportable state."""
+    return SessionInfo(
+        session.session_id,
+        session.pinned,
+        len(session.members),
+        session.created_at,
+        session.last_active_at,
+        session.bytes,
+        session.exclusive_bytes,
+    )
 
 
 def pinned_by_session(meta: ObjectMetadata) -> bool:
@@ -95,6 +135,8 @@ class SessionRegistry:
     def __init__(self, limits: SessionLimits) -> None:
         self.limits = limits
         self._sessions: dict[tuple[str, str], KvSession] = {}
+        # Session ids in order, for paged listings.
+        self._order: SortedSet = SortedSet()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -141,46 +183,93 @@ class SessionRegistry:
             return ErrorCode.SESSION_LIMIT_EXCEEDED
         return ErrorCode.OK
 
-    def add(self, meta: ObjectMetadata, session_ids: Iterable[str]) -> None:
+    def add(self, meta: ObjectMetadata, session_ids: Iterable[str], now: float) -> None:
         """Make ``meta`` a member of each session (creating sessions as needed).
 
-        The caller checked :meth:`check_admission` first.
+        The caller checked :meth:`check_admission` first. Marks each session active.
         """
         for session_id in session_ids:
-            key = (meta.tenant, session_id)
-            session = self._sessions.get(key)
+            session = self._sessions.get((meta.tenant, session_id))
             if session is None:
-                session = self._sessions[key] = KvSession(meta.tenant, session_id)
+                session = self._create(meta.tenant, session_id, now)
+            session.last_active_at = now
             if meta.sessions is None:
                 meta.sessions = set()
-            if session not in meta.sessions:
-                meta.sessions.add(session)
-                session.members.add(meta.key)
+                meta.session_weight = weight(meta)
+            if session in meta.sessions:
+                continue
+            held = meta.session_weight
+            others = meta.sessions
+            if not others:
+                session.exclusive_bytes += held
+            elif len(others) == 1:
+                next(iter(others)).exclusive_bytes -= held
+            others.add(session)
+            session.members.add(meta.key)
+            session.bytes += held
+
+    def touch(self, session: KvSession, now: float) -> None:
+        """The session was named by a call: it is active now."""
+        session.last_active_at = now
+
+    def _create(self, tenant: str, session_id: str, now: float) -> KvSession:
+        session = self._sessions[(tenant, session_id)] = KvSession(tenant, session_id, now)
+        self._order.add((tenant, session_id))
+        return session
+
+    def _drop(self, session: KvSession) -> None:
+        self._sessions.pop((session.tenant, session.session_id), None)
+        self._order.discard((session.tenant, session.session_id))
+
+    def reweigh(self, meta: ObjectMetadata) -> None:
+        """``meta``'s size or replicas changed: move the difference into its sessions. O(refs)."""
+        sessions = meta.sessions
+        if not sessions:
+            return
+        delta = weight(meta) - meta.session_weight
+        if not delta:
+            return
+        meta.session_weight += delta
+        for session in sessions:
+            session.bytes += delta
+        if len(sessions) == 1:
+            next(iter(sessions)).exclusive_bytes += delta
 
     # -- removal ---------------------------------------------------------------------------
 
     def detach(self, meta: ObjectMetadata, session: KvSession) -> None:
         """Remove one membership; a session left empty disappears with its pin."""
-        if meta.sessions is not None:
-            meta.sessions.discard(session)
-            if not meta.sessions:
+        sessions = meta.sessions
+        if sessions is not None and session in sessions:
+            held = meta.session_weight
+            sessions.discard(session)
+            session.bytes -= held
+            if not sessions:
+                session.exclusive_bytes -= held
                 meta.sessions = None
+            elif len(sessions) == 1:
+                next(iter(sessions)).exclusive_bytes += held
         session.members.discard(meta.key)
         if not session.members:
-            self._sessions.pop((session.tenant, session.session_id), None)
+            self._drop(session)
 
-    def adopt(self, meta: ObjectMetadata | None, key: str, memberships: set[Any] | None) -> None:
-        """Hand the memberships of a replaced object (same key) to ``meta``; with no successor
-        (its write was refused) the memberships end, as for any removed object."""
+    def adopt(
+        self,
+        successor: ObjectMetadata | None,
+        predecessor: ObjectMetadata,
+        memberships: set[Any] | None,
+    ) -> None:
+        """Hand the memberships of a replaced object to its ``successor`` (same key); with no
+        successor (its write was refused) they end, as for any removed object."""
         if not memberships:
             return
-        if meta is not None:
-            meta.sessions = (meta.sessions or set()) | memberships
-            return
-        for session in memberships:
-            session.members.discard(key)
-            if not session.members:
-                self._sessions.pop((session.tenant, session.session_id), None)
+        holder = successor if successor is not None else predecessor
+        holder.sessions = memberships
+        holder.session_weight = predecessor.session_weight
+        if successor is not None:
+            self.reweigh(successor)
+        else:
+            self.on_object_removed(predecessor)
 
     def on_object_removed(self, meta: ObjectMetadata) -> None:
         """Drop every membership of an object that is going away. O(references)."""
@@ -190,11 +279,17 @@ class SessionRegistry:
     # -- queries ---------------------------------------------------------------------------
 
     def info(self, tenant: str, session_id: str) -> SessionInfo | None:
-        """Pin flag and member count, or None when the session does not exist."""
+        """A session's state, or None when it does not exist. O(1)."""
         session = self._sessions.get((tenant, session_id))
-        if session is None:
-            return None
-        return SessionInfo(session_id, session.pinned, len(session.members))
+        return None if session is None else describe(session)
+
+    def sessions_after(self, tenant: str, cursor: str) -> Iterable[KvSession]:
+        """The tenant's sessions with ids after ``cursor`` (exclusive), in id order."""
+        start = (tenant, cursor)
+        for scoped in self._order.irange(minimum=start, inclusive=(False, True)):
+            if scoped[0] != tenant:
+                return
+            yield self._sessions[scoped]
 
     def page(self, session: KvSession, cursor: str, limit: int) -> tuple[list[str], str]:
         """Members after ``cursor`` (exclusive) in key order, and the next cursor ("" = done)."""
@@ -211,7 +306,8 @@ class SessionRegistry:
             AssertionError: the indexes disagree.
         """
         seen: dict[tuple[str, str], set[str]] = {}
-        for meta in objects:
+        objects_seen = [m for m in objects if m.sessions is not None]
+        for meta in objects_seen:
             if meta.sessions is not None and not meta.sessions:
                 raise AssertionError(f"{meta.object_id!r} keeps an empty session set")
             for ref in meta.sessions or ():
@@ -223,7 +319,22 @@ class SessionRegistry:
                         f"{meta.object_id!r} refers to a dropped session {scoped!r}"
                     )
                 seen.setdefault(scoped, set()).add(meta.key)
+        if set(self._order) != set(self._sessions):
+            raise AssertionError("session order index disagrees with sessions")
+        recount: dict[tuple[str, str], list[int]] = {}
+        for meta in objects_seen:
+            held = weight(meta)
+            if meta.session_weight != held:
+                raise AssertionError(
+                    f"{meta.object_id!r} accounted {meta.session_weight} != {held}"
+                )
+            for ref in meta.sessions or ():
+                totals = recount.setdefault((ref.tenant, ref.session_id), [0, 0])
+                totals[0] += held
+                totals[1] += held if len(meta.sessions or ()) == 1 else 0
         for scoped, record in self._sessions.items():
+            if [record.bytes, record.exclusive_bytes] != recount.get(scoped, [0, 0]):
+                raise AssertionError(f"session {scoped!r} bytes disagree with a recount")
             if not record.members:
                 raise AssertionError(f"empty session {scoped!r} survives")
             if set(record.members) != seen.get(scoped, set()):

@@ -77,7 +77,7 @@ class StoreState:
                 max_batch=config.kv_session_max_batch,
             )
         )
-        self.objects = ObjectTable()
+        self.objects = ObjectTable(on_reweigh=self.sessions.reweigh)
         self.segments = SegmentManager(config.allocation_strategy, rng)
         self.clients = ClientRegistry(config.client_ttl)
         self.policy = LeaseOrderedLRU()

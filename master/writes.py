@@ -123,7 +123,7 @@ class WritePath:
                     client_id, tenant, key, size, config, existing.group_id, pin, now, existing
                 )
                 successor = self._state.objects.get(existing.object_id)
-                self._state.sessions.adopt(successor, key, memberships)
+                self._state.sessions.adopt(successor, existing, memberships)
                 return result
         if existing.size == size:
             result = self._rewrite_in_place(existing, client_id, pin, now)

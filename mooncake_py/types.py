@@ -76,11 +76,27 @@ class ReplicateConfig:
 
 @dataclasses.dataclass(frozen=True)
 class KvSessionInfo:
-    """A KV session as ``get_kv_session`` reports it."""
+    """A KV session as ``get_kv_session`` and ``list_kv_sessions`` report it.
+
+    Attributes:
+        session_id: the application's id.
+        pinned: whether the session protects its objects from ordinary eviction.
+        member_count: objects in the session.
+        created_at: when the session was created (Unix time, seconds).
+        last_active_at: the last call that named it (tagged write, attach, pin, unpin, update).
+        bytes: its members' sizes times their replicas.
+        exclusive_bytes: the part of ``bytes`` held by members in no other session.
+        idle_ms: time since ``last_active_at``.
+    """
 
     session_id: str
     pinned: bool
     member_count: int
+    created_at: float = 0.0
+    last_active_at: float = 0.0
+    bytes: int = 0
+    exclusive_bytes: int = 0
+    idle_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

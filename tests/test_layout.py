@@ -52,14 +52,26 @@ def test_only_the_boundary_modules_import_generated_code() -> None:
     assert offenders == []
 
 
+# RPCs a client method reaches under another name (tagged forms are chosen by the config).
+CLIENT_METHOD_OF = {
+    "ReMountSegment": "remount_segments",
+    "PinKvSession": "set_kv_session_pin",
+    "UnpinKvSession": "set_kv_session_pin",
+    "PutStartWithKvSessions": "put_start",
+    "BatchPutStartWithKvSessions": "batch_put_start",
+    "UpsertStartWithKvSessions": "upsert_start",
+    "BatchUpsertStartWithKvSessions": "batch_upsert_start",
+}
+
+
 def test_every_rpc_has_a_servicer_handler_and_a_client_method() -> None:
     def snake(name: str) -> str:
-        out = "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
-        return out.replace("re_mount_segment", "remount_segments")
+        return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
 
     for rpc in service_descriptor_methods():
         assert callable(getattr(MasterServicer, rpc, None)), rpc
-        assert callable(getattr(MasterClient, snake(rpc), None)), rpc
+        client_method = CLIENT_METHOD_OF.get(rpc, snake(rpc))
+        assert callable(getattr(MasterClient, client_method, None)), rpc
 
 
 @pytest.mark.timeout(300)

@@ -348,17 +348,33 @@ class ListKvSessionKeysRequest(_message.Message):
     tenant_id: str
     def __init__(self, session_id: _Optional[str] = ..., cursor: _Optional[str] = ..., limit: _Optional[int] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
-class KvSessionInfoResponse(_message.Message):
-    __slots__ = ("code", "session_id", "pinned", "member_count")
-    CODE_FIELD_NUMBER: _ClassVar[int]
+class KvSessionInfo(_message.Message):
+    __slots__ = ("session_id", "pinned", "member_count", "created_at", "last_active_at", "bytes", "exclusive_bytes", "idle_ms")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PINNED_FIELD_NUMBER: _ClassVar[int]
     MEMBER_COUNT_FIELD_NUMBER: _ClassVar[int]
-    code: int
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACTIVE_AT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIVE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IDLE_MS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     pinned: bool
     member_count: int
-    def __init__(self, code: _Optional[int] = ..., session_id: _Optional[str] = ..., pinned: _Optional[bool] = ..., member_count: _Optional[int] = ...) -> None: ...
+    created_at: float
+    last_active_at: float
+    bytes: int
+    exclusive_bytes: int
+    idle_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., pinned: _Optional[bool] = ..., member_count: _Optional[int] = ..., created_at: _Optional[float] = ..., last_active_at: _Optional[float] = ..., bytes: _Optional[int] = ..., exclusive_bytes: _Optional[int] = ..., idle_ms: _Optional[int] = ...) -> None: ...
+
+class KvSessionInfoResponse(_message.Message):
+    __slots__ = ("code", "info")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    info: KvSessionInfo
+    def __init__(self, code: _Optional[int] = ..., info: _Optional[_Union[KvSessionInfo, _Mapping]] = ...) -> None: ...
 
 class KvSessionPageResponse(_message.Message):
     __slots__ = ("code", "keys", "next_cursor")

@@ -10,7 +10,6 @@ import pytest
 
 from mooncake_py import (
     ErrorCode,
-    KvSessionInfo,
     MooncakeError,
     ReplicateConfig,
 )
@@ -41,9 +40,13 @@ def test_prefix_written_by_one_client_is_attached_by_another(
         0,
         -704,
     ]
-    assert engine.get_kv_session("conv-1") == KvSessionInfo("conv-1", False, 4)
+    info = engine.get_kv_session("conv-1")
+    assert (info.session_id, info.pinned, info.member_count) == ("conv-1", False, 4)
+    assert info.bytes == info.exclusive_bytes == 4 * 4096
+    assert abs(info.created_at - time.time()) < 60 and info.idle_ms < 60_000
     other = make_store(master.address, 0)
     assert other.attach_kv_session("conv-2", prefix[:2]) == [0, 0]  # shared prefix
+    assert engine.get_kv_session("conv-1").exclusive_bytes == 2 * 4096
     assert other.update_kv_session("conv-1", prefix[:1]) == 0  # update across clients
     assert engine.get_kv_session("conv-1").member_count == 1
     assert engine.close_kv_session("conv-1") == 0
