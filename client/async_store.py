@@ -51,6 +51,11 @@ ASYNC_METHODS = (
     "close_kv_session",
     "get_kv_session",
     "list_kv_session_keys",
+    "list_kv_sessions",
+    "release_kv_session",
+    "release_stale_kv_sessions",
+    "release_all_kv_sessions",
+    "release_kv_cache",
 )
 SYNC_METHODS = ("get_hostname", "health_check", "register_buffer", "unregister_buffer")
 

@@ -10,6 +10,7 @@ Thread-safety: safe to share between threads (gRPC channels are).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from mooncake_py.types import (
     KvSessionInfo,
     KvSessionPage,
     PutStartResult,
+    ReleaseResult,
     ReplicaDescriptor,
     ReplicaListResult,
     ReplicaStatus,
@@ -434,6 +436,52 @@ class MasterClient:
         if answer.code:
             return int(answer.code), None
         return 0, KvSessionPage(list(answer.keys), answer.next_cursor)
+
+    def list_kv_sessions(
+        self, tenant: str, cursor: str, limit: int, pinned: bool | None, min_idle_ms: int
+    ) -> tuple[int, list[KvSessionInfo], str]:
+        """ListKvSessions: (code, infos, next cursor)."""
+        request = pb.ListKvSessionsRequest(
+            cursor=cursor, limit=limit, min_idle_ms=min_idle_ms, tenant_id=tenant
+        )
+        if pinned is not None:
+            request.pinned = pinned
+        answer = self._call("ListKvSessions", request)
+        return (
+            int(answer.code),
+            [decode_session_info(i) for i in answer.sessions],
+            answer.next_cursor,
+        )
+
+    def release(self, method: str, request: Any) -> tuple[int, ReleaseResult]:
+        """Any Release* RPC: (code, result)."""
+        answer = self._call(method, request)
+        fields = {f.name: getattr(answer, f.name) for f in dataclasses.fields(ReleaseResult)}
+        return int(answer.code), ReleaseResult(**fields)
+
+    def release_kv_session(self, tenant: str, session_id: str) -> tuple[int, ReleaseResult]:
+        """ReleaseKvSession."""
+        request = pb.KvSessionRequest(session_id=session_id, tenant_id=tenant)
+        return self.release("ReleaseKvSession", request)
+
+    def release_stale_kv_sessions(
+        self, tenant: str, max_idle_ms: int, include_pinned: bool
+    ) -> tuple[int, ReleaseResult]:
+        """ReleaseStaleKvSessions."""
+        request = pb.ReleaseStaleKvSessionsRequest(
+            max_idle_ms=max_idle_ms, include_pinned=include_pinned, tenant_id=tenant
+        )
+        return self.release("ReleaseStaleKvSessions", request)
+
+    def release_all_kv_sessions(self, tenant: str, confirm: bool) -> tuple[int, ReleaseResult]:
+        """ReleaseAllKvSessions."""
+        request = pb.ReleaseAllKvSessionsRequest(confirm=confirm, tenant_id=tenant)
+        return self.release("ReleaseAllKvSessions", request)
+
+    def release_kv_cache(self, tenant: str, keep_pinned: bool) -> tuple[int, ReleaseResult]:
+        """ReleaseKvCache."""
+        request = pb.ReleaseKvCacheRequest(keep_pinned=keep_pinned, tenant_id=tenant)
+        return self.release("ReleaseKvCache", request)
 
     # -- remove family ---------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from mooncake_py.client.core import ClientCore
 from mooncake_py.errors import ErrorCode, MooncakeError
-from mooncake_py.types import KvSessionInfo, KvSessionPage
+from mooncake_py.types import KvSessionInfo, KvSessionPage, ReleaseResult
 
 
 def _raise_unless_ok(code: int, session_id: str) -> int:
@@ -116,3 +116,81 @@ class KvSessionMethods:
         _raise_unless_ok(code, session_id)
         assert page is not None
         return page
+
+    def list_kv_sessions(
+        self,
+        cursor: str = "",
+        limit: int = 1024,
+        pinned: bool | None = None,
+        min_idle_ms: int = 0,
+    ) -> tuple[list[KvSessionInfo], str]:
+        """One page of this tenant's sessions (weakly consistent), and the next cursor.
+
+        Args:
+            cursor: "" for the first page, then the returned cursor.
+            limit: sessions per page.
+            pinned: only pinned (True) or unpinned (False) sessions; None for all.
+            min_idle_ms: only sessions idle at least this long.
+
+        Returns:
+            (infos, next cursor); the cursor is "" when the listing is done.
+
+        Raises:
+            MooncakeError: INVALID_PARAMS, RPC_FAIL.
+        """
+        core = self._session_core()
+        if not isinstance(limit, int) or not 1 <= limit < 2**32 or min_idle_ms < 0:
+            raise MooncakeError(ErrorCode.INVALID_PARAMS, "bad limit or min_idle_ms")
+        code, infos, next_cursor = core.master.list_kv_sessions(
+            core.tenant, cursor, limit, pinned, min_idle_ms
+        )
+        _raise_unless_ok(code, "*")
+        return infos, next_cursor
+
+    def release_kv_session(self, session_id: str) -> ReleaseResult:
+        """Close the session and remove its members that nothing else needs (not shared with
+        another session, not hard pinned, not leased, not being written).
+
+        Returns:
+            What was released and kept; for an unknown session, nothing and a message.
+
+        Raises:
+            MooncakeError: INVALID_PARAMS, RPC_FAIL.
+        """
+        core = self._session_core()
+        code, result = core.master.release_kv_session(core.tenant, session_id)
+        _raise_unless_ok(code, session_id)
+        return result
+
+    def release_stale_kv_sessions(
+        self, max_idle_ms: int, include_pinned: bool = False
+    ) -> ReleaseResult:
+        """Release every session idle for longer than ``max_idle_ms``; returns the totals."""
+        core = self._session_core()
+        if max_idle_ms < 0:
+            raise MooncakeError(ErrorCode.INVALID_PARAMS, "max_idle_ms must not be negative")
+        code, result = core.master.release_stale_kv_sessions(
+            core.tenant, max_idle_ms, include_pinned
+        )
+        _raise_unless_ok(code, "*")
+        return result
+
+    def release_all_kv_sessions(self, confirm: bool = False) -> ReleaseResult:
+        """Release every session of this tenant.
+
+        Raises:
+            MooncakeError: INVALID_PARAMS unless ``confirm`` is true; RPC_FAIL.
+        """
+        core = self._session_core()
+        code, result = core.master.release_all_kv_sessions(core.tenant, confirm)
+        _raise_unless_ok(code, "*")
+        return result
+
+    def release_kv_cache(self, keep_pinned: bool = True) -> ReleaseResult:
+        """Remove every KV-cache object of this tenant (data type KVCACHE or UNKNOWN) while
+        other data, e.g. WEIGHT, stays resident; pinned sessions' objects stay unless
+        ``keep_pinned`` is false. Nothing restarts."""
+        core = self._session_core()
+        code, result = core.master.release_kv_cache(core.tenant, keep_pinned)
+        _raise_unless_ok(code, "*")
+        return result

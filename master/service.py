@@ -26,6 +26,7 @@ from mooncake_py.master.clock import monotonic_clock
 from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.evictor import EvictionPass, Evictor
 from mooncake_py.master.metadata import ObjectMetadata, PendingSoftPin
+from mooncake_py.master.release import ReleaseOps
 from mooncake_py.master.segments import MountedSegment
 from mooncake_py.master.session_service import SessionOps
 from mooncake_py.master.state import StoreState
@@ -55,7 +56,7 @@ class PingResult:
     view_version: int
 
 
-class MasterService(SessionOps):
+class MasterService(SessionOps, ReleaseOps):
     """All master state and operations.
 
     Args:

@@ -24,6 +24,7 @@ from mooncake_py.types import (
     KvSessionInfo,
     ObjectDataType,
     PutStartResult,
+    ReleaseResult,
     ReplicaDescriptor,
     ReplicaListResult,
     ReplicateConfig,
@@ -137,6 +138,11 @@ def encode_replica_list(result: ReplicaListResult) -> pb.GetReplicaListResponse:
 def encode_session_info(info: KvSessionInfo) -> pb.KvSessionInfo:
     """:class:`KvSessionInfo` to protobuf."""
     return pb.KvSessionInfo(**dataclasses.asdict(info))
+
+
+def encode_release(code: int, result: ReleaseResult) -> pb.ReleaseResponse:
+    """A release outcome to protobuf."""
+    return pb.ReleaseResponse(code=int(code), **dataclasses.asdict(result))
 
 
 class MasterServicer:
@@ -368,6 +374,46 @@ class MasterServicer:
             return pb.KvSessionPageResponse(code=int(code))
         return pb.KvSessionPageResponse(
             code=int(code), keys=page.keys, next_cursor=page.next_cursor
+        )
+
+    @_guarded(lambda _: pb.ListKvSessionsResponse(code=_INTERNAL))
+    def ListKvSessions(self, request: pb.ListKvSessionsRequest) -> pb.ListKvSessionsResponse:
+        code, infos, cursor = self._service.list_kv_sessions(
+            request.tenant_id,
+            request.cursor,
+            request.limit,
+            request.pinned if request.HasField("pinned") else None,
+            request.min_idle_ms,
+        )
+        return pb.ListKvSessionsResponse(
+            code=int(code), sessions=[encode_session_info(i) for i in infos], next_cursor=cursor
+        )
+
+    @_guarded(lambda _: pb.ReleaseResponse(code=_INTERNAL))
+    def ReleaseKvSession(self, request: pb.KvSessionRequest) -> pb.ReleaseResponse:
+        return encode_release(
+            *self._service.release_kv_session(request.tenant_id, request.session_id)
+        )
+
+    @_guarded(lambda _: pb.ReleaseResponse(code=_INTERNAL))
+    def ReleaseStaleKvSessions(
+        self, request: pb.ReleaseStaleKvSessionsRequest
+    ) -> pb.ReleaseResponse:
+        result = self._service.release_stale_kv_sessions(
+            request.tenant_id, request.max_idle_ms, request.include_pinned
+        )
+        return encode_release(*result)
+
+    @_guarded(lambda _: pb.ReleaseResponse(code=_INTERNAL))
+    def ReleaseAllKvSessions(self, request: pb.ReleaseAllKvSessionsRequest) -> pb.ReleaseResponse:
+        return encode_release(
+            *self._service.release_all_kv_sessions(request.tenant_id, request.confirm)
+        )
+
+    @_guarded(lambda _: pb.ReleaseResponse(code=_INTERNAL))
+    def ReleaseKvCache(self, request: pb.ReleaseKvCacheRequest) -> pb.ReleaseResponse:
+        return encode_release(
+            *self._service.release_kv_cache(request.tenant_id, request.keep_pinned)
         )
 
     # -- read path -------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.metadata import ObjectMetadata
-from mooncake_py.master.sessions import SessionInfo, valid_session_id
+from mooncake_py.master.sessions import SessionInfo, describe, valid_session_id
 from mooncake_py.master.state import StoreState
 from mooncake_py.types import KvSessionInfo, KvSessionPage
 
@@ -144,6 +144,43 @@ class SessionOps:
             exclusive_bytes=info.exclusive_bytes,
             idle_ms=max(0, int((now - info.last_active_at) * 1000)),
         )
+
+    def list_kv_sessions(
+        self,
+        tenant: str,
+        cursor: str = "",
+        limit: int = 1024,
+        pinned: bool | None = None,
+        min_idle_ms: int = 0,
+    ) -> tuple[ErrorCode, list[KvSessionInfo], str]:
+        """One page of the tenant's sessions after ``cursor`` (exclusive), in id order.
+
+        Weakly consistent: sessions created or ended between pages may or may not appear.
+        A page examines at most ``16 * limit`` sessions, so a selective filter may return a
+        short (even empty) page with a cursor to continue from.
+
+        Returns:
+            (OK, infos, next cursor or "" when done), or INVALID_PARAMS for a limit outside
+            [1, max_batch] or a negative idle bound.
+        """
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or not 1 <= limit <= self._state.sessions.limits.max_batch:
+            return ErrorCode.INVALID_PARAMS, [], ""
+        if min_idle_ms < 0:
+            return ErrorCode.INVALID_PARAMS, [], ""
+        infos: list[KvSessionInfo] = []
+        with self._lock:
+            now = self._clock()
+            last = ""
+            walk = self._state.sessions.sessions_after(resolved, cursor)
+            for examined, session in enumerate(walk):
+                if len(infos) >= limit or examined >= 16 * limit:
+                    return ErrorCode.OK, infos, last
+                last = session.session_id
+                idle_ms = (now - session.last_active_at) * 1000
+                if (pinned is None or session.pinned == pinned) and idle_ms >= min_idle_ms:
+                    infos.append(self._public_info(describe(session), now))
+        return ErrorCode.OK, infos, ""
 
     def list_kv_session_keys(
         self, tenant: str, session_id: str, cursor: str = "", limit: int = 1024

@@ -100,6 +100,42 @@ class KvSessionInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReleaseResult:
+    """What a release call freed and what it kept, and why.
+
+    Attributes:
+        sessions: sessions released (closed).
+        released_objects: objects removed.
+        freed_bytes: bytes returned to the allocators by the call.
+        pending_bytes: bytes of removed objects still under a read lease, returned when it ends.
+        kept_shared: objects kept because another session still holds them.
+        kept_hard_pinned: objects kept because they are hard pinned.
+        kept_leased: objects kept because a reader holds them.
+        kept_writing: objects kept because a write to them is in flight.
+        kept_pinned: objects kept because a pinned session holds them (release_kv_cache).
+        message: a note for humans, e.g. that the session did not exist.
+    """
+
+    sessions: int = 0
+    released_objects: int = 0
+    freed_bytes: int = 0
+    pending_bytes: int = 0
+    kept_shared: int = 0
+    kept_hard_pinned: int = 0
+    kept_leased: int = 0
+    kept_writing: int = 0
+    kept_pinned: int = 0
+    message: str = ""
+
+    def __add__(self, other: ReleaseResult) -> ReleaseResult:
+        fields = dataclasses.fields(self)
+        merged = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields[:-1]}
+        return ReleaseResult(
+            **merged, message="; ".join(m for m in (self.message, other.message) if m)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class KvSessionPage:
     """One page of a session's keys; an empty ``next_cursor`` means the listing is done."""
 

@@ -385,3 +385,79 @@ class KvSessionPageResponse(_message.Message):
     keys: _containers.RepeatedScalarFieldContainer[str]
     next_cursor: str
     def __init__(self, code: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., next_cursor: _Optional[str] = ...) -> None: ...
+
+class ListKvSessionsRequest(_message.Message):
+    __slots__ = ("cursor", "limit", "pinned", "min_idle_ms", "tenant_id")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    MIN_IDLE_MS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    cursor: str
+    limit: int
+    pinned: bool
+    min_idle_ms: int
+    tenant_id: str
+    def __init__(self, cursor: _Optional[str] = ..., limit: _Optional[int] = ..., pinned: _Optional[bool] = ..., min_idle_ms: _Optional[int] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class ListKvSessionsResponse(_message.Message):
+    __slots__ = ("code", "sessions", "next_cursor")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    sessions: _containers.RepeatedCompositeFieldContainer[KvSessionInfo]
+    next_cursor: str
+    def __init__(self, code: _Optional[int] = ..., sessions: _Optional[_Iterable[_Union[KvSessionInfo, _Mapping]]] = ..., next_cursor: _Optional[str] = ...) -> None: ...
+
+class ReleaseStaleKvSessionsRequest(_message.Message):
+    __slots__ = ("max_idle_ms", "include_pinned", "tenant_id")
+    MAX_IDLE_MS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PINNED_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    max_idle_ms: int
+    include_pinned: bool
+    tenant_id: str
+    def __init__(self, max_idle_ms: _Optional[int] = ..., include_pinned: _Optional[bool] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseAllKvSessionsRequest(_message.Message):
+    __slots__ = ("confirm", "tenant_id")
+    CONFIRM_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    confirm: bool
+    tenant_id: str
+    def __init__(self, confirm: _Optional[bool] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseKvCacheRequest(_message.Message):
+    __slots__ = ("keep_pinned", "tenant_id")
+    KEEP_PINNED_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    keep_pinned: bool
+    tenant_id: str
+    def __init__(self, keep_pinned: _Optional[bool] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("code", "sessions", "released_objects", "freed_bytes", "pending_bytes", "kept_shared", "kept_hard_pinned", "kept_leased", "kept_writing", "kept_pinned", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    FREED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_BYTES_FIELD_NUMBER: _ClassVar[int]
+    KEPT_SHARED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_HARD_PINNED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_LEASED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_WRITING_FIELD_NUMBER: _ClassVar[int]
+    KEPT_PINNED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    sessions: int
+    released_objects: int
+    freed_bytes: int
+    pending_bytes: int
+    kept_shared: int
+    kept_hard_pinned: int
+    kept_leased: int
+    kept_writing: int
+    kept_pinned: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., sessions: _Optional[int] = ..., released_objects: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., pending_bytes: _Optional[int] = ..., kept_shared: _Optional[int] = ..., kept_hard_pinned: _Optional[int] = ..., kept_leased: _Optional[int] = ..., kept_writing: _Optional[int] = ..., kept_pinned: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...

@@ -154,6 +154,31 @@ class MasterServiceStub:
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.ListKvSessionKeysRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionPageResponse.FromString,
                 _registered_method=True)
+        self.ListKvSessions = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/ListKvSessions',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.ListKvSessionsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.ListKvSessionsResponse.FromString,
+                _registered_method=True)
+        self.ReleaseKvSession = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/ReleaseKvSession',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
+                _registered_method=True)
+        self.ReleaseStaleKvSessions = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/ReleaseStaleKvSessions',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseStaleKvSessionsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
+                _registered_method=True)
+        self.ReleaseAllKvSessions = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/ReleaseAllKvSessions',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseAllKvSessionsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
+                _registered_method=True)
+        self.ReleaseKvCache = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/ReleaseKvCache',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseKvCacheRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
+                _registered_method=True)
         self.GetReplicaList = channel.unary_unary(
                 '/mooncake_py.v1.MasterService/GetReplicaList',
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.KeyRequest.SerializeToString,
@@ -350,6 +375,37 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListKvSessions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseKvSession(self, request, context):
+        """Releasing the memory sessions hold.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseStaleKvSessions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseAllKvSessions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseKvCache(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetReplicaList(self, request, context):
         """Read and query path. Successful lookups grant a read lease.
         """
@@ -522,6 +578,31 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.ListKvSessionKeys,
                     request_deserializer=mooncake__py_dot___proto_dot_master__pb2.ListKvSessionKeysRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionPageResponse.SerializeToString,
+            ),
+            'ListKvSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListKvSessions,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.ListKvSessionsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.ListKvSessionsResponse.SerializeToString,
+            ),
+            'ReleaseKvSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseKvSession,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'ReleaseStaleKvSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseStaleKvSessions,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseStaleKvSessionsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'ReleaseAllKvSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseAllKvSessions,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseAllKvSessionsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'ReleaseKvCache': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseKvCache,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseKvCacheRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.SerializeToString,
             ),
             'GetReplicaList': grpc.unary_unary_rpc_method_handler(
                     servicer.GetReplicaList,
@@ -1212,6 +1293,141 @@ class MasterService:
             '/mooncake_py.v1.MasterService/ListKvSessionKeys',
             mooncake__py_dot___proto_dot_master__pb2.ListKvSessionKeysRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.KvSessionPageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListKvSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/ListKvSessions',
+            mooncake__py_dot___proto_dot_master__pb2.ListKvSessionsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.ListKvSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseKvSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/ReleaseKvSession',
+            mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseStaleKvSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/ReleaseStaleKvSessions',
+            mooncake__py_dot___proto_dot_master__pb2.ReleaseStaleKvSessionsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseAllKvSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/ReleaseAllKvSessions',
+            mooncake__py_dot___proto_dot_master__pb2.ReleaseAllKvSessionsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseKvCache(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/ReleaseKvCache',
+            mooncake__py_dot___proto_dot_master__pb2.ReleaseKvCacheRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,192 @@
+"""Release operations of the master service facade: free the memory that sessions hold.
+
+Mixed into :class:`mooncake_py.master.service.MasterService`. ``release_kv_session`` closes a
+session and removes the members that nothing else needs: not held by another session, not hard
+pinned, not leased by a reader, not being written. It works in pages, taking the service lock
+per page, so releasing a huge session never stalls other calls for long; freed bytes are the
+allocators' own count of what came back. ``release_kv_cache`` removes every KV-cache object of
+a tenant (data type KVCACHE or UNKNOWN) while other data (weights, ...) stays resident.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from mooncake_py.errors import ErrorCode
+from mooncake_py.master.metadata import ObjectMetadata
+from mooncake_py.master.sessions import KvSession, valid_session_id
+from mooncake_py.master.state import StoreState, is_soft_pinned
+from mooncake_py.types import ObjectDataType, ReleaseResult
+
+RELEASE_PAGE = 256
+KV_CACHE_TYPES = (int(ObjectDataType.KVCACHE), int(ObjectDataType.UNKNOWN))
+
+
+class ReleaseOps:
+    """Release calls; expects ``_lock``, ``_state``, ``_clock`` and ``_resolve_tenant``."""
+
+    _lock: threading.Lock
+    _state: StoreState
+    _clock: Callable[[], float]
+    _resolve_tenant: Callable[[str], str | None]
+
+    def release_kv_session(self, tenant: str, session_id: str) -> tuple[ErrorCode, ReleaseResult]:
+        """Close a session and remove its members that no one else needs.
+
+        Returns:
+            (OK, what was released and kept); an unknown session is (OK, nothing released,
+            with a message); (INVALID_PARAMS, empty) for a bad id.
+        """
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or not valid_session_id(session_id):
+            return ErrorCode.INVALID_PARAMS, ReleaseResult()
+        with self._lock:
+            session = self._state.sessions.get(resolved, session_id)
+        if session is None:
+            return ErrorCode.OK, ReleaseResult(message=f"no session {session_id!r}")
+        return ErrorCode.OK, self._release(session)
+
+    def _release(self, session: KvSession) -> ReleaseResult:
+        total = ReleaseResult(sessions=1)
+        cursor = ""
+        while True:
+            with self._lock:
+                if self._state.sessions.get(session.tenant, session.session_id) is not session:
+                    return total  # emptied (or closed) meanwhile
+                page, cursor = self._state.sessions.page(session, cursor, RELEASE_PAGE)
+                total += self._release_page(session, page)
+            if not cursor:
+                break
+        with self._lock:
+            # Whatever stayed (shared, protected) leaves the session; the session ends.
+            if self._state.sessions.get(session.tenant, session.session_id) is session:
+                for key in list(session.members):
+                    meta = self._state.objects.get((session.tenant, key))
+                    if meta is not None:
+                        self._state.sessions.detach(meta, session)
+        return total
+
+    def _release_page(self, session: KvSession, keys: list[str]) -> ReleaseResult:
+        now = self._clock()
+        counts = dict.fromkeys(("shared", "hard", "leased", "writing"), 0)
+        doomed: list[ObjectMetadata] = []
+        for key in keys:
+            meta = self._state.objects.get((session.tenant, key))
+            if meta is None:
+                continue
+            reason = _kept_because(meta, now)
+            if reason is None:
+                doomed.append(meta)
+            else:
+                counts[reason] += 1
+        freed = self._remove_all_of(doomed, now)
+        return ReleaseResult(
+            released_objects=len(doomed),
+            freed_bytes=freed,
+            kept_shared=counts["shared"],
+            kept_hard_pinned=counts["hard"],
+            kept_leased=counts["leased"],
+            kept_writing=counts["writing"],
+        )
+
+    def _remove_all_of(self, doomed: list[ObjectMetadata], now: float) -> int:
+        """Remove objects; returns the bytes the allocators got back now."""
+        before = self._state.segments.used_bytes()
+        for meta in doomed:
+            self._state.release_replicas(meta, list(meta.replicas), now)
+        return before - self._state.segments.used_bytes()
+
+    def release_stale_kv_sessions(
+        self, tenant: str, max_idle_ms: int, include_pinned: bool = False
+    ) -> tuple[ErrorCode, ReleaseResult]:
+        """Release every session of the tenant idle for longer than ``max_idle_ms``.
+
+        Pinned sessions are skipped unless ``include_pinned``. Returns the totals.
+        """
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or max_idle_ms < 0:
+            return ErrorCode.INVALID_PARAMS, ReleaseResult()
+        with self._lock:
+            now = self._clock()
+            stale = [
+                s
+                for s in self._state.sessions.sessions_after(resolved, "")
+                if (now - s.last_active_at) * 1000 > max_idle_ms
+                and (include_pinned or not s.pinned)
+            ]
+        return ErrorCode.OK, self._release_many(stale)
+
+    def release_all_kv_sessions(
+        self, tenant: str, confirm: bool = False
+    ) -> tuple[ErrorCode, ReleaseResult]:
+        """Release every session of the tenant; refused (INVALID_PARAMS) without ``confirm``."""
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or not confirm:
+            return ErrorCode.INVALID_PARAMS, ReleaseResult(message="confirm=True is required")
+        with self._lock:
+            every = list(self._state.sessions.sessions_after(resolved, ""))
+        return ErrorCode.OK, self._release_many(every)
+
+    def _release_many(self, sessions: list[KvSession]) -> ReleaseResult:
+        total = ReleaseResult()
+        for session in sessions:
+            total += self._release(session)
+        return total
+
+    def release_kv_cache(
+        self, tenant: str, keep_pinned: bool = True
+    ) -> tuple[ErrorCode, ReleaseResult]:
+        """Remove every KV-cache object (data type KVCACHE or UNKNOWN) of the tenant.
+
+        Objects of other types stay. Soft-pinned objects (pinned sessions, TTL pins) stay
+        unless ``keep_pinned`` is false; hard-pinned ones and writes in flight always stay.
+        Objects under a read lease are removed, their memory returned when the lease ends
+        (``pending_bytes``).
+        """
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None:
+            return ErrorCode.INVALID_PARAMS, ReleaseResult()
+        with self._lock:
+            now = self._clock()
+            candidates = [
+                m
+                for m in self._state.objects.items_of_tenant(resolved)
+                if m.data_type in KV_CACHE_TYPES
+            ]
+            counts = dict.fromkeys(("hard", "writing", "pinned"), 0)
+            doomed: list[ObjectMetadata] = []
+            pending = 0
+            for meta in candidates:
+                if meta.hard_pinned:
+                    counts["hard"] += 1
+                elif meta.is_writing():
+                    counts["writing"] += 1
+                elif keep_pinned and is_soft_pinned(meta, now):
+                    counts["pinned"] += 1
+                else:
+                    doomed.append(meta)
+                    if meta.has_live_lease(now):
+                        pending += meta.size * len(meta.replicas)
+            freed = self._remove_all_of(doomed, now)
+        return ErrorCode.OK, ReleaseResult(
+            released_objects=len(doomed),
+            freed_bytes=freed,
+            pending_bytes=pending,
+            kept_hard_pinned=counts["hard"],
+            kept_writing=counts["writing"],
+            kept_pinned=counts["pinned"],
+        )
+
+
+def _kept_because(meta: ObjectMetadata, now: float) -> str | None:
+    """Why a released session's member must stay, or None when it can go."""
+    if meta.sessions is not None and len(meta.sessions) > 1:
+        return "shared"
+    if meta.hard_pinned:
+        return "hard"
+    if meta.is_writing():
+        return "writing"
+    if meta.has_live_lease(now):
+        return "leased"
+    return None
