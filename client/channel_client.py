@@ -18,8 +18,16 @@ CONNECT_TIMEOUT_S = 5.0
 FIRST_READ_BYTES = 65536
 
 
+STATUS_UNAUTHENTICATED = 3
+STATUS_PERMISSION_DENIED = 4
+
+
 class ChannelError(Exception):
-    """The master rejected a frame (undecodable request or unknown method)."""
+    """The master rejected a frame; ``status`` says why (see the framing's status values)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ChannelClient:
@@ -31,9 +39,10 @@ class ChannelClient:
         timeout_s: socket timeout of every call.
     """
 
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float, token: str = "") -> None:
         self.host = host
         self.port = port
+        self._token = token
         self._timeout_s = timeout_s
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -60,7 +69,7 @@ class ChannelClient:
             raise ConnectionError("stream channel answered out of order")
         self._give_back(sock)
         if status:
-            raise ChannelError(body.decode("utf-8", "replace"))
+            raise ChannelError(status, body.decode("utf-8", "replace"))
         return body
 
     def _take(self) -> socket.socket:
@@ -72,6 +81,17 @@ class ChannelClient:
         sock = socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT_S)
         sock.settimeout(self._timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._token:
+            name, token = b"Authenticate", self._token.encode()
+            try:
+                sock.sendall(HEADER.pack(len(name) + len(token), 0, len(name)) + name + token)
+                _, status, body = _read_frame(sock)
+            except BaseException:
+                sock.close()
+                raise
+            if status:
+                sock.close()
+                raise ChannelError(status, body.decode("utf-8", "replace"))
         return sock
 
     def _give_back(self, sock: socket.socket) -> None:

@@ -95,6 +95,8 @@ class ClientConfig:
         rpc_timeout_s: deadline of each master call.
         master_transport: ``auto`` (the master's stream channel when offered, else gRPC) or
             ``grpc`` (gRPC only); env ``MOONCAKE_PY_MASTER_TRANSPORT``.
+        auth_token: bearer token for a master started with ``--auth_tokens_file`` (env
+            ``MOONCAKE_AUTH_TOKEN``); the token decides the tenant unless ``tenant_id`` is set.
     """
 
     local_hostname: str = "127.0.0.1"
@@ -108,6 +110,7 @@ class ClientConfig:
     force_tcp: bool = False
     rpc_timeout_s: float = 10.0
     master_transport: str = "auto"
+    auth_token: str = ""
 
     def __post_init__(self) -> None:
         for name in ("global_segment_size", "local_buffer_size"):
@@ -156,6 +159,8 @@ class ClientConfig:
             else:
                 kwargs[name] = str(value)
         kwargs.setdefault("force_tcp", env_force_tcp())
+        if "auth_token" not in kwargs and os.environ.get("MOONCAKE_AUTH_TOKEN"):
+            kwargs["auth_token"] = os.environ["MOONCAKE_AUTH_TOKEN"]
         if "master_transport" not in kwargs and os.environ.get("MOONCAKE_PY_MASTER_TRANSPORT"):
             kwargs["master_transport"] = os.environ["MOONCAKE_PY_MASTER_TRANSPORT"].lower()
         if "tenant_id" not in kwargs and os.environ.get("MOONCAKE_TENANT_ID"):

@@ -29,7 +29,7 @@ from mooncake_py.client.heartbeat import Heartbeat
 from mooncake_py.client.master_client import MasterClient
 from mooncake_py.client.segment import LocalSegment, host_id, remove_stale_segment_files
 from mooncake_py.client.transfer import TransferServer
-from mooncake_py.errors import ErrorCode, MasterUnavailableError, MooncakeError
+from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import PutStartResult, ReplicaListResult, ReplicateConfig, SegmentInfo
 
 log = logging.getLogger(__name__)
@@ -63,13 +63,18 @@ class ClientCore:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         self.client_id = str(uuid.uuid4())
-        self.tenant = config.tenant_id
+        # With a token and no explicit tenant, the token's tenant applies (sent as "").
+        explicit = config.tenant_id != "default" or not config.auth_token
+        self.tenant = config.tenant_id if explicit else ""
         self.host_id = host_id()
         self._segment: LocalSegment | None = None
         self._server: TransferServer | None = None
         self._segment_info: SegmentInfo | None = None
         self.master = MasterClient(
-            config.master_server_addr, config.rpc_timeout_s, config.master_transport == "auto"
+            config.master_server_addr,
+            config.rpc_timeout_s,
+            config.master_transport == "auto",
+            config.auth_token,
         )
         try:
             self._join()
@@ -158,7 +163,7 @@ class ClientCore:
             config = _with_host(config, self.host_id)
         try:
             starts = self._start(keys, sizes, config, upsert)
-        except MasterUnavailableError as exc:
+        except MooncakeError as exc:
             return [exc.code] * len(keys)
         results = [_success_if_exists(s.code) for s in starts]
         started = [i for i, s in enumerate(starts) if s.code == OK]
@@ -171,7 +176,7 @@ class ClientCore:
             results[i] = code
         try:
             self._finish(keys, to_end, to_revoke, results)
-        except MasterUnavailableError as exc:
+        except MooncakeError as exc:
             for i in started:
                 results[i] = exc.code
         return results
@@ -230,7 +235,7 @@ class ClientCore:
             if len(keys) == 1:
                 return [self.master.get_replica_list(self.tenant, keys[0])]
             return self.master.batch_get_replica_list(self.tenant, keys)
-        except MasterUnavailableError as exc:
+        except MooncakeError as exc:
             return [ReplicaListResult(exc.code)] * len(keys)
 
     def read_located(

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from mooncake_py.client.master_client import MasterClient
-from mooncake_py.errors import MasterUnavailableError
+from mooncake_py.errors import MooncakeError
 from mooncake_py.types import ClientStatus, SegmentInfo
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Heartbeat:
                 code = self._master.remount_segments(self._client_id, self._segments())
                 self.remounts += 1
                 log.info("remounted segments (code %d)", code)
-        except MasterUnavailableError as exc:
+        except MooncakeError as exc:
             self._failures += 1
             self.master_reachable = False
             log.debug("ping failed (%d in a row): %s", self._failures, exc)

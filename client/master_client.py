@@ -12,15 +12,25 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import grpc
 
 from mooncake_py._proto import master_pb2 as pb
 from mooncake_py._proto import master_pb2_grpc as pb_grpc
-from mooncake_py.client.channel_client import ChannelClient, ChannelError
-from mooncake_py.errors import ErrorCode, MasterUnavailableError
+from mooncake_py.client.channel_client import (
+    STATUS_PERMISSION_DENIED,
+    STATUS_UNAUTHENTICATED,
+    ChannelClient,
+    ChannelError,
+)
+from mooncake_py.errors import (
+    AuthenticationError,
+    ErrorCode,
+    MasterUnavailableError,
+    PermissionDeniedError,
+)
 from mooncake_py.types import (
     ClientStatus,
     KvSessionInfo,
@@ -33,8 +43,6 @@ from mooncake_py.types import (
     ReplicateConfig,
     SegmentInfo,
 )
-
-T = TypeVar("T")
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
@@ -126,9 +134,13 @@ class MasterClient:
         timeout_s: deadline of every call.
     """
 
-    def __init__(self, address: str, timeout_s: float = 10.0, use_stream: bool = True) -> None:
+    def __init__(
+        self, address: str, timeout_s: float = 10.0, use_stream: bool = True, token: str = ""
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self._token = token
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self.use_stream = use_stream
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
@@ -157,7 +169,7 @@ class MasterClient:
         if not answer.fast_port:
             return False
         host = self.address.rsplit(":", 1)[0].strip("[]")
-        stream = ChannelClient(host, answer.fast_port, self.timeout_s)
+        stream = ChannelClient(host, answer.fast_port, self.timeout_s, self._token)
         with self._lock:
             old, self._stream = self._stream, stream
         if old is not None:
@@ -206,7 +218,18 @@ class MasterClient:
             return self._call_grpc(method, request)
         try:
             body = stream.call(method.encode(), request.SerializeToString())
-        except (OSError, ChannelError) as exc:
+        except ChannelError as exc:
+            if exc.status == STATUS_UNAUTHENTICATED:
+                raise AuthenticationError(ErrorCode.RPC_FAIL, f"UNAUTHENTICATED: {exc}") from exc
+            if exc.status == STATUS_PERMISSION_DENIED:
+                raise PermissionDeniedError(
+                    ErrorCode.RPC_FAIL, f"PERMISSION_DENIED: {exc}"
+                ) from exc
+            self._drop_stream(stream)
+            raise MasterUnavailableError(
+                ErrorCode.RPC_FAIL, f"{method} to {self.address} (stream): {exc}"
+            ) from exc
+        except OSError as exc:
             # Not retried: the master may have run the call. Later calls use gRPC until the
             # heartbeat reconnects the stream.
             self._drop_stream(stream)
@@ -220,9 +243,13 @@ class MasterClient:
         if stub is None:
             raise MasterUnavailableError(ErrorCode.RPC_FAIL, "client is closed")
         try:
-            return getattr(stub, method)(request, timeout=self.timeout_s)
+            return getattr(stub, method)(request, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             status = exc.code() if isinstance(exc, grpc.Call) else None
+            if status == grpc.StatusCode.UNAUTHENTICATED:
+                raise AuthenticationError(ErrorCode.RPC_FAIL, "UNAUTHENTICATED") from exc
+            if status == grpc.StatusCode.PERMISSION_DENIED:
+                raise PermissionDeniedError(ErrorCode.RPC_FAIL, "PERMISSION_DENIED") from exc
             code = (
                 ErrorCode.RPC_TIMEOUT
                 if status == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -510,11 +537,3 @@ class MasterClient:
         """RemoveAll: the count removed."""
         answer = self._call("RemoveAll", pb.RemoveAllRequest(force=force, tenant_id=tenant))
         return int(answer.code) if answer.code else int(answer.count)
-
-
-def with_master(call: Callable[[], T], on_error: Callable[[MasterUnavailableError], T]) -> T:
-    """Run ``call``; map a master transport failure through ``on_error``."""
-    try:
-        return call()
-    except MasterUnavailableError as exc:
-        return on_error(exc)

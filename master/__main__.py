@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         asyncio.run(_serve(MasterServer(config)))
+    except ConfigError as exc:
+        print(f"mooncake-py-master: invalid configuration: {exc}", file=sys.stderr)
+        return 2
     except RuntimeError as exc:
         print(f"mooncake-py-master: {exc}", file=sys.stderr)
         return 1

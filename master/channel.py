@@ -10,8 +10,13 @@ are exactly those of ``proto/master.proto``; only the framing is ours:
                                                          | UTF-8 error text (status != 0)
 
 (little-endian; ``length`` counts the bytes after the 9-byte header, name included.)
-Status: 0 ok, 1 undecodable request, 2 unknown method. Calls on one connection are answered in
-order. A frame longer than ``max_message_bytes`` closes the connection.
+Status: 0 ok, 1 undecodable request, 2 unknown method, 3 unauthenticated, 4 permission denied.
+Calls on one connection are answered in order. A frame longer than ``max_message_bytes``
+closes the connection.
+
+When the master requires tokens, a connection's first frame must be ``Authenticate`` with the
+token as its payload; the connection then acts for that token's tenant (see
+:mod:`mooncake_py.master.auth`) and every other call before it is answered with status 3.
 
 Handlers run synchronously on the event loop, as the gRPC handlers do.
 """
@@ -25,6 +30,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from mooncake_py.master.auth import Denial, TokenAuthority, bind_tenant
 from mooncake_py.master.servicer import Method
 
 log = logging.getLogger(__name__)
@@ -33,13 +39,22 @@ HEADER = struct.Struct("<IIB")
 STATUS_OK = 0
 STATUS_UNDECODABLE = 1
 STATUS_UNKNOWN_METHOD = 2
+STATUS_UNAUTHENTICATED = 3
+STATUS_PERMISSION_DENIED = 4
+AUTHENTICATE = b"Authenticate"
 
 
 class _ChannelProtocol(asyncio.Protocol):
     def __init__(
-        self, methods: dict[bytes, Method], max_frame: int, live: set[asyncio.Transport]
+        self,
+        methods: dict[bytes, Method],
+        max_frame: int,
+        live: set[asyncio.Transport],
+        authority: TokenAuthority | None,
     ) -> None:
         self._methods = methods
+        self._authority = authority
+        self._tenant: str | None = None
         self._max_frame = max_frame
         self._live = live
         self._buffer = bytearray()
@@ -77,18 +92,32 @@ class _ChannelProtocol(asyncio.Protocol):
             del buffer[:start]
 
     def _answer(self, call_id: int, name: bytes, payload: bytes) -> None:
-        method = self._methods.get(name)
-        if method is None:
-            status, body = STATUS_UNKNOWN_METHOD, b"unknown method " + name
-        else:
-            try:
-                request: Any = method.request_type.FromString(payload)
-            except DecodeError as exc:
-                status, body = STATUS_UNDECODABLE, f"undecodable request: {exc}".encode()
-            else:
-                status, body = STATUS_OK, method.handler(request).SerializeToString()
+        status, body = self._run(name, payload)
         assert self._transport is not None
         self._transport.write(HEADER.pack(len(body), call_id, status) + body)
+
+    def _run(self, name: bytes, payload: bytes) -> tuple[int, bytes]:
+        authority = self._authority
+        if name == AUTHENTICATE:
+            self._tenant = (
+                authority.tenant_of(payload.decode("utf-8", "replace")) if authority else ""
+            )
+            if self._tenant is None:
+                return STATUS_UNAUTHENTICATED, Denial.UNAUTHENTICATED.value.encode()
+            return STATUS_OK, b""
+        method = self._methods.get(name)
+        if method is None:
+            return STATUS_UNKNOWN_METHOD, b"unknown method " + name
+        if authority is not None and self._tenant is None:
+            return STATUS_UNAUTHENTICATED, Denial.UNAUTHENTICATED.value.encode()
+        try:
+            request: Any = method.request_type.FromString(payload)
+        except DecodeError as exc:
+            return STATUS_UNDECODABLE, f"undecodable request: {exc}".encode()
+        denied = self._tenant and bind_tenant(request, self._tenant) is not None
+        if authority is not None and denied:
+            return STATUS_PERMISSION_DENIED, Denial.PERMISSION_DENIED.value.encode()
+        return STATUS_OK, method.handler(request).SerializeToString()
 
 
 class StreamChannel:
@@ -112,13 +141,17 @@ class StreamChannel:
 
 
 async def start_channel(
-    methods: list[Method], host: str, port: int, max_frame: int
+    methods: list[Method],
+    host: str,
+    port: int,
+    max_frame: int,
+    authority: TokenAuthority | None = None,
 ) -> StreamChannel:
     """Listen on ``host:port`` (0 picks a free port) and serve ``methods``."""
     by_name = {m.name.encode(): m for m in methods}
     live: set[asyncio.Transport] = set()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: _ChannelProtocol(by_name, max_frame, live), host, port
+        lambda: _ChannelProtocol(by_name, max_frame, live, authority), host, port
     )
     return StreamChannel(server, live)

@@ -92,6 +92,13 @@ class MasterConfig:
         0.05, "float", "[0, 1]", "Fraction of stored data evicted per eviction pass."
     )
     enable_multi_tenants: bool = _opt(False, "bool", "", "Keep a separate key space per tenant.")
+    auth_tokens_file: str = _opt(
+        "",
+        "path",
+        "",
+        "YAML/JSON file mapping token -> tenant; when set every RPC needs a Bearer token and "
+        "tenants are separate key spaces.",
+    )
     max_batch_keys: int = _opt(
         100_000, "int", "> 0", "Largest number of keys a single batch RPC accepts."
     )
@@ -154,6 +161,10 @@ def _check_field(f: Field[Any], value: object) -> object:
     if kind == "bool":
         if not isinstance(value, bool):
             raise _invalid(name, value, "a bool")
+        return value
+    if kind == "path":
+        if not isinstance(value, str):
+            raise _invalid(name, value, "a file path")
         return value
     if kind in ("str", "choice"):
         if not isinstance(value, str):

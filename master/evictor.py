@@ -61,7 +61,11 @@ class Evictor:
     def __init__(self, state: StoreState) -> None:
         self._state = state
         self.allocation_failed = False  # set by a failed write: evict even below the watermark
+        # Where the last write's walk stopped, and what it assumed: protected candidates it
+        # passed stay behind the cursor only while no pin ended and the same segments count.
         self._sync_cursor = -1
+        self._sync_epoch = -1
+        self._sync_useful: frozenset[str] = frozenset()
 
     # -- rules -----------------------------------------------------------------------------
 
@@ -195,13 +199,15 @@ class Evictor:
         if allocations:
             return allocations
         # Only memory in segments large enough for the value can ever make room for it.
-        useful = {
-            m.info.id
-            for m in segments.all_segments()
-            if m.allocator.usable_capacity >= request.size
-        }
+        fitting = segments.all_segments()
+        useful = frozenset(
+            m.info.id for m in fitting if m.allocator.usable_capacity >= request.size
+        )
         if not useful:
             return []  # could never fit: evicting would only lose data
+        epoch = self._state.current_pin_epoch(now)
+        if epoch != self._sync_epoch or useful != self._sync_useful:
+            self._sync_cursor, self._sync_epoch, self._sync_useful = -1, epoch, useful
 
         def judge(object_id: Hashable) -> Verdict:
             meta = self._state.objects.get(object_id)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import grpc
 
+from mooncake_py.master.auth import TokenAuthority
 from mooncake_py.master.background import BackgroundLoops
 from mooncake_py.master.channel import StreamChannel, start_channel
 from mooncake_py.master.clock import monotonic_clock
@@ -45,6 +46,10 @@ class MasterServer:
         self._server: grpc.aio.Server | None = None
         self._channel: StreamChannel | None = None
         self._loops = BackgroundLoops(self.service, clock) if background else None
+        # Read at construction so a bad tokens file fails the start with a clear message.
+        self._authority = (
+            TokenAuthority.from_file(config.auth_tokens_file) if config.auth_tokens_file else None
+        )
 
     @property
     def address(self) -> str:
@@ -68,7 +73,8 @@ class MasterServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        self._servicer = add_to_server(self.service, server)
+        authority = self._authority
+        self._servicer = add_to_server(self.service, server, authority)
         bind = f"{self.config.rpc_address}:{self.config.port}"
         try:
             self.port = server.add_insecure_port(bind)
@@ -82,6 +88,7 @@ class MasterServer:
                 self.config.rpc_address,
                 self.config.fast_rpc_port,
                 self.config.max_message_bytes,
+                authority,
             )
             self.fast_port = self._channel.port
             self._servicer.fast_port = self.fast_port

@@ -84,6 +84,8 @@ class MasterService(SessionOps, ReleaseOps):
         self._evictor = Evictor(self._state)
         self._writes = WritePath(self._state, self._evictor)
         self._view_version = view_version
+        # Tokens bind callers to tenants, which only means something with separate key spaces.
+        self._multi_tenant = config.enable_multi_tenants or bool(config.auth_tokens_file)
 
     # ------------------------------------------------------------------------------------------
     # Segments and liveness
@@ -430,7 +432,7 @@ class MasterService(SessionOps, ReleaseOps):
         With multi-tenancy on, an empty ``tenant`` means every tenant (as upstream). Objects
         that cannot be removed (leased without ``force``, being written) are skipped.
         """
-        everyone = self.config.enable_multi_tenants and tenant == ""
+        everyone = self._multi_tenant and tenant == ""
         resolved = self._resolve_tenant(tenant)
         if resolved is None:
             return 0
@@ -532,7 +534,7 @@ class MasterService(SessionOps, ReleaseOps):
 
     def _resolve_tenant(self, tenant: str) -> str | None:
         """The effective tenant, or None when the id is invalid."""
-        if not self.config.enable_multi_tenants:
+        if not self._multi_tenant:
             return DEFAULT_TENANT
         if not tenant:
             return DEFAULT_TENANT

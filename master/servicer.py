@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 
 from mooncake_py._proto import master_pb2 as pb
 from mooncake_py.errors import ErrorCode
+from mooncake_py.master.auth import Denial, TokenAuthority, bind_tenant
 from mooncake_py.master.service import SERVICE_VERSION, MasterService
 from mooncake_py.types import (
     KvSessionInfo,
@@ -486,12 +487,26 @@ def _lenient_parser(message_type: Any) -> Callable[[bytes], Any]:
     return parse
 
 
-def _grpc_handler(handler: Callable[[Any], Any]) -> Callable[..., Awaitable[Any]]:
+_DENIAL_STATUS = {
+    Denial.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Denial.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+}
+
+
+def _grpc_handler(
+    handler: Callable[[Any], Any], authority: TokenAuthority | None
+) -> Callable[..., Awaitable[Any]]:
     async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, _Undecodable):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"undecodable request: {request.error}"
             )
+        if authority is not None:
+            metadata = dict(context.invocation_metadata() or ())
+            tenant = authority.tenant_of_header(metadata.get("authorization"))
+            denial = Denial.UNAUTHENTICATED if tenant is None else bind_tenant(request, tenant)
+            if denial is not None:
+                await context.abort(_DENIAL_STATUS[denial], denial.value)
         return handler(request)
 
     return handle
@@ -521,16 +536,20 @@ def method_table(servicer: MasterServicer) -> list[Method]:
     ]
 
 
-def add_to_server(service: MasterService, server: grpc.aio.Server) -> MasterServicer:
+def add_to_server(
+    service: MasterService, server: grpc.aio.Server, authority: TokenAuthority | None = None
+) -> MasterServicer:
     """Register a servicer for ``service`` on ``server``; returns it.
 
     Requests that fail to parse (bad wire bytes, invalid UTF-8 in a string field) are answered
-    with gRPC INVALID_ARGUMENT naming the parse error, instead of the generic UNKNOWN.
+    with gRPC INVALID_ARGUMENT naming the parse error, instead of the generic UNKNOWN. With an
+    ``authority``, calls without a valid token get UNAUTHENTICATED and calls naming another
+    tenant than their token's PERMISSION_DENIED.
     """
     servicer = MasterServicer(service)
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
-            _grpc_handler(method.handler),
+            _grpc_handler(method.handler, authority),
             request_deserializer=_lenient_parser(method.request_type),
             response_serializer=method.response_type.SerializeToString,
         )

@@ -73,6 +73,8 @@ class SessionOps:
             session = self._state.sessions.get(resolved, session_id)
             if session is None:
                 return ErrorCode.SESSION_NOT_FOUND
+            if session.pinned and not pinned:
+                self._state.note_unpinned()
             session.pinned = pinned
             self._state.sessions.touch(session, self._clock())
             return ErrorCode.OK

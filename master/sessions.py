@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sortedcontainers import SortedSet
@@ -132,8 +132,11 @@ def valid_session_id(session_id: object) -> bool:
 class SessionRegistry:
     """All sessions of all tenants. Not thread-safe: see the module docstring."""
 
-    def __init__(self, limits: SessionLimits) -> None:
+    def __init__(
+        self, limits: SessionLimits, on_unpinned: Callable[[], None] | None = None
+    ) -> None:
         self.limits = limits
+        self._on_unpinned = on_unpinned
         self._sessions: dict[tuple[str, str], KvSession] = {}
         # Session ids in order, for paged listings.
         self._order: SortedSet = SortedSet()
@@ -240,6 +243,8 @@ class SessionRegistry:
     def detach(self, meta: ObjectMetadata, session: KvSession) -> None:
         """Remove one membership; a session left empty disappears with its pin."""
         sessions = meta.sessions
+        if session.pinned and self._on_unpinned is not None:
+            self._on_unpinned()
         if sessions is not None and session in sessions:
             held = meta.session_weight
             sessions.discard(session)

@@ -75,7 +75,8 @@ class StoreState:
                 max_members=config.kv_session_max_members,
                 max_per_object=config.kv_session_max_per_object,
                 max_batch=config.kv_session_max_batch,
-            )
+            ),
+            on_unpinned=self.note_unpinned,
         )
         self.objects = ObjectTable(on_reweigh=self.sessions.reweigh)
         self.segments = SegmentManager(config.allocation_strategy, rng)
@@ -84,6 +85,11 @@ class StoreState:
         self.discarded: list[DiscardedBuffer] = []
         self.counters = Counters()
         self.lease_ttl_s = config.default_kv_lease_ttl / 1000.0
+        # Bumped whenever objects may have stopped being soft pinned (an unpin, a member leaving
+        # a pinned session, a TTL pin running out), so walks that skipped pinned candidates
+        # know to look at them again. Deadlines of TTL pins wait in a heap until they pass.
+        self.pin_epoch = 0
+        self._pin_deadlines: list[float] = []
         self._replica_ids = itertools.count(1)
 
     def next_replica_id(self) -> int:
@@ -107,6 +113,23 @@ class StoreState:
             member.grant_lease(now, self.lease_ttl_s)
             if member.object_id in self.policy:
                 self.policy.on_touched(member.object_id)
+
+    def note_soft_pin(self, deadline: float) -> None:
+        """A TTL soft pin was committed; its end will bump :attr:`pin_epoch`."""
+        heapq.heappush(self._pin_deadlines, deadline)
+
+    def note_unpinned(self) -> None:
+        """Some objects may have lost their pin."""
+        self.pin_epoch += 1
+
+    def current_pin_epoch(self, now: float) -> int:
+        """:attr:`pin_epoch`, after counting the TTL pins that ended by ``now``."""
+        deadlines = self._pin_deadlines
+        if deadlines and deadlines[0] <= now:
+            while deadlines and deadlines[0] <= now:
+                heapq.heappop(deadlines)
+            self.pin_epoch += 1
+        return self.pin_epoch
 
     def erase(self, object_id: ObjectId) -> ObjectMetadata | None:
         """Forget an object everywhere, its session memberships included (its memory is the

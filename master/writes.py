@@ -259,6 +259,8 @@ class WritePath:
             return ErrorCode.OK if meta.is_readable() else ErrorCode.INVALID_WRITE
         self._state.mark_readable(meta)
         _commit_soft_pin(meta, now)
+        if meta.soft_pin_deadline > now:
+            self._state.note_soft_pin(meta.soft_pin_deadline)
         meta.grant_lease(now, 0.0)
         return ErrorCode.OK
 

@@ -117,3 +117,11 @@ class MasterUnavailableError(MooncakeError):
 
 class TransferError(MooncakeError):
     """Moving bytes to or from a replica failed (TRANSFER_FAIL)."""
+
+
+class AuthenticationError(MooncakeError):
+    """The master requires a valid token and the call had none (gRPC UNAUTHENTICATED)."""
+
+
+class PermissionDeniedError(MooncakeError):
+    """The call named a tenant other than its token's (gRPC PERMISSION_DENIED)."""

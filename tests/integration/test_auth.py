@@ -1,0 +1,133 @@
+"""Tokens and tenants: no call made with tenant A's token reaches anything of tenant B."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from mooncake_py import ErrorCode, MooncakeDistributedStore, MooncakeError, ReplicateConfig
+from mooncake_py.client.master_client import MasterClient
+from mooncake_py.errors import AuthenticationError, PermissionDeniedError
+from mooncake_py.testing import InProcessMaster
+
+TOKENS = {"token-a": "tenant-a", "token-b": "tenant-b"}
+
+
+@pytest.fixture
+def auth_master(tmp_path: Path) -> Iterator[InProcessMaster]:
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps(TOKENS))
+    with InProcessMaster(auth_tokens_file=str(path), default_kv_lease_ttl=0) as master:
+        yield master
+        master.service.check()
+
+
+def _store(address: str, token: str, transport: str, **extra: object) -> MooncakeDistributedStore:
+    store = MooncakeDistributedStore()
+    config = {
+        "master_server_address": address,
+        "global_segment_size": 8 << 20,
+        "auth_token": token,
+        "master_transport": transport,
+        **extra,
+    }
+    assert store.setup(config) == 0
+    return store
+
+
+@pytest.mark.parametrize("transport", ["auto", "grpc"])
+def test_tenant_isolation_matrix(auth_master: InProcessMaster, transport: str) -> None:
+    a = _store(auth_master.address, "token-a", transport)
+    b = _store(auth_master.address, "token-b", transport)
+    try:
+        tagged = ReplicateConfig(kv_sessions=[["conv"]])
+        assert a.put("secret", b"of A", tagged) == 0
+        assert a.put("same-key", b"A") == 0 and b.put("same-key", b"B") == 0
+        assert a.get("same-key") == b"A" and b.get("same-key") == b"B"
+        a.pin_kv_session("conv")
+
+        # Reads, queries and removes of B never see A's objects.
+        assert b.get("secret") == b""
+        assert b.is_exist("secret") == 0 and b.batch_is_exist(["secret"]) == [0]
+        assert b.get_size("secret") == ErrorCode.OBJECT_NOT_FOUND
+        assert b.get_buffer("secret") is None
+        assert b.remove("secret", force=True) == ErrorCode.OBJECT_NOT_FOUND
+        assert b.batch_remove(["secret"], force=True) == [ErrorCode.OBJECT_NOT_FOUND]
+        assert b.remove_by_regex(".*", force=True) == 1  # only B's own "same-key"
+        assert b.remove_all(force=True) == 0
+        assert b.upsert("secret", b"overwrite?") == 0  # creates B's own "secret"
+        # Sessions of A are invisible to B: get, keys, pin, unpin, update, close, attach, list.
+        for call in (
+            b.get_kv_session,
+            b.pin_kv_session,
+            b.unpin_kv_session,
+            b.list_kv_session_keys,
+        ):
+            with pytest.raises(MooncakeError, match="SESSION_NOT_FOUND"):
+                call("conv")
+        assert b.update_kv_session("conv", []) == 0 and b.close_kv_session("conv") == 0
+        assert b.attach_kv_session("conv", ["secret"]) == [0]  # B's own "secret", B's own "conv"
+        assert [i.session_id for i in b.list_kv_sessions()[0]] == ["conv"]
+        assert b.release_kv_session("conv").released_objects == 1
+        assert b.release_stale_kv_sessions(0, include_pinned=True).released_objects == 0
+        assert b.release_all_kv_sessions(confirm=True).released_objects == 0
+        assert b.release_kv_cache(keep_pinned=False).released_objects == 0
+
+        # A's data and session survived all of it.
+        assert a.get("secret") == b"of A"
+        info = a.get_kv_session("conv")
+        assert info.pinned and info.member_count == 1
+        assert a.list_kv_session_keys("conv").keys == ["secret"]
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("use_stream", [True, False])
+def test_missing_bad_and_foreign_tokens_are_refused(
+    auth_master: InProcessMaster, use_stream: bool
+) -> None:
+    for token in ("", "wrong"):
+        client = MasterClient(auth_master.address, use_stream=use_stream, token=token)
+        with pytest.raises(AuthenticationError, match="UNAUTHENTICATED"):
+            client.service_ready()
+        client.close()
+    client = MasterClient(auth_master.address, use_stream=use_stream, token="token-a")
+    if use_stream:
+        assert client.connect_stream()
+    with pytest.raises(PermissionDeniedError, match="PERMISSION_DENIED"):
+        client.exist_key("tenant-b", "same-key")
+    assert client.exist_key("tenant-a", "nothing") == 0
+    assert client.exist_key("", "nothing") == 0  # no tenant named: the token's applies
+    client.close()
+    # The store reports refusals as codes or exceptions, never as another tenant's data.
+    assert (
+        MooncakeDistributedStore().setup(
+            {"master_server_address": auth_master.address, "global_segment_size": 0}
+        )
+        == ErrorCode.RPC_FAIL
+    )
+    foreign = _store(
+        auth_master.address, "token-a", "auto" if use_stream else "grpc", tenant_id="tenant-b"
+    )
+    assert foreign.put("x", b"y") == ErrorCode.RPC_FAIL
+    with pytest.raises(PermissionDeniedError):
+        foreign.get_kv_session("conv")
+    foreign.close()
+
+
+def test_raw_grpc_without_metadata_is_unauthenticated(auth_master: InProcessMaster) -> None:
+    channel = grpc.insecure_channel(auth_master.address)
+    call = channel.unary_unary(
+        "/mooncake_py.v1.MasterService/RemoveAll",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        call(b"", timeout=5)
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    channel.close()
