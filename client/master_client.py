@@ -84,6 +84,20 @@ def encode_segment(segment: SegmentInfo) -> pb.Segment:
     )
 
 
+def decode_segment(message: pb.Segment) -> SegmentInfo:
+    """Protobuf Segment to :class:`SegmentInfo`."""
+    return SegmentInfo(
+        id=message.id,
+        name=message.name,
+        base=message.base,
+        size=message.size,
+        te_endpoint=message.te_endpoint,
+        protocol=message.protocol,
+        host_id=message.host_id,
+        shm_path=message.shm_path,
+    )
+
+
 def decode_replica(message: pb.ReplicaDescriptor) -> ReplicaDescriptor:
     """Protobuf replica descriptor to the typed form."""
     return ReplicaDescriptor(
@@ -509,6 +523,20 @@ class MasterClient:
         """ReleaseKvCache."""
         request = pb.ReleaseKvCacheRequest(keep_pinned=keep_pinned, tenant_id=tenant)
         return self.release("ReleaseKvCache", request)
+
+    # -- introspection ---------------------------------------------------------------------
+
+    def get_stats(self) -> dict[str, int]:
+        """GetStats: store-wide counts and bytes."""
+        return dict(self._call("GetStats", pb.StatsRequest()).values)
+
+    def list_segments(self) -> list[tuple[SegmentInfo, str, int, int]]:
+        """ListSegments: (segment, owning client, used bytes, allocations) per segment."""
+        answer = self._call("ListSegments", pb.ListSegmentsRequest())
+        return [
+            (decode_segment(s.segment), s.client_id, s.used_bytes, s.allocations)
+            for s in answer.segments
+        ]
 
     # -- remove family ---------------------------------------------------------------------
 

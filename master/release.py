@@ -95,7 +95,10 @@ class ReleaseOps:
         before = self._state.segments.used_bytes()
         for meta in doomed:
             self._state.release_replicas(meta, list(meta.replicas), now)
-        return before - self._state.segments.used_bytes()
+        freed = before - self._state.segments.used_bytes()
+        self._state.counters.released_objects += len(doomed)
+        self._state.counters.released_bytes += freed
+        return freed
 
     def release_stale_kv_sessions(
         self, tenant: str, max_idle_ms: int, include_pinned: bool = False

@@ -502,8 +502,19 @@ class MasterService(SessionOps, ReleaseOps):
                 "active_clients": self._clients.active_count,
                 "discarded_buffers": len(self._state.discarded),
                 "eviction_candidates": len(self._state.policy),
+                "sessions": len(self._state.sessions),
+                "pinned_sessions": self._state.sessions.pinned_count(),
+                "memberships": self._state.sessions.memberships,
                 **counters,
             }
+
+    def segment_usage(self) -> list[tuple[SegmentInfo, str, int, int]]:
+        """(segment, owning client, used bytes, allocations) for every mounted segment."""
+        with self._lock:
+            return [
+                (m.info, m.client_id, m.allocator.used_bytes, m.allocator.allocation_count)
+                for m in self._segments.all_segments()
+            ]
 
     def check(self) -> None:
         """Verify every invariant across the state modules. O(state).

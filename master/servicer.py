@@ -104,6 +104,11 @@ def decode_segment(segment: pb.Segment) -> SegmentInfo:
     )
 
 
+def encode_segment(info: SegmentInfo) -> pb.Segment:
+    """:class:`SegmentInfo` to protobuf."""
+    return pb.Segment(**dataclasses.asdict(info))
+
+
 def encode_replica(replica: ReplicaDescriptor) -> pb.ReplicaDescriptor:
     """:class:`ReplicaDescriptor` to protobuf."""
     return pb.ReplicaDescriptor(
@@ -415,6 +420,25 @@ class MasterServicer:
     def ReleaseKvCache(self, request: pb.ReleaseKvCacheRequest) -> pb.ReleaseResponse:
         return encode_release(
             *self._service.release_kv_cache(request.tenant_id, request.keep_pinned)
+        )
+
+    @_guarded(lambda _: pb.StatsResponse(code=_INTERNAL))
+    def GetStats(self, request: pb.StatsRequest) -> pb.StatsResponse:
+        return pb.StatsResponse(code=0, values=self._service.stats())
+
+    @_guarded(lambda _: pb.ListSegmentsResponse(code=_INTERNAL))
+    def ListSegments(self, request: pb.ListSegmentsRequest) -> pb.ListSegmentsResponse:
+        return pb.ListSegmentsResponse(
+            code=0,
+            segments=[
+                pb.SegmentStatus(
+                    segment=encode_segment(info),
+                    client_id=client_id,
+                    used_bytes=used,
+                    allocations=allocations,
+                )
+                for info, client_id, used, allocations in self._service.segment_usage()
+            ],
         )
 
     # -- read path -------------------------------------------------------------------------

@@ -140,6 +140,7 @@ class SessionRegistry:
         self._sessions: dict[tuple[str, str], KvSession] = {}
         # Session ids in order, for paged listings.
         self._order: SortedSet = SortedSet()
+        self.memberships = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -210,6 +211,7 @@ class SessionRegistry:
             others.add(session)
             session.members.add(meta.key)
             session.bytes += held
+            self.memberships += 1
 
     def touch(self, session: KvSession, now: float) -> None:
         """The session was named by a call: it is active now."""
@@ -249,6 +251,7 @@ class SessionRegistry:
             held = meta.session_weight
             sessions.discard(session)
             session.bytes -= held
+            self.memberships -= 1
             if not sessions:
                 session.exclusive_bytes -= held
                 meta.sessions = None
@@ -288,6 +291,10 @@ class SessionRegistry:
         session = self._sessions.get((tenant, session_id))
         return None if session is None else describe(session)
 
+    def pinned_count(self) -> int:
+        """Sessions pinned now. O(sessions)."""
+        return sum(1 for s in self._sessions.values() if s.pinned)
+
     def sessions_after(self, tenant: str, cursor: str) -> Iterable[KvSession]:
         """The tenant's sessions with ids after ``cursor`` (exclusive), in id order."""
         start = (tenant, cursor)
@@ -324,6 +331,8 @@ class SessionRegistry:
                         f"{meta.object_id!r} refers to a dropped session {scoped!r}"
                     )
                 seen.setdefault(scoped, set()).add(meta.key)
+        if self.memberships != sum(len(r.members) for r in self._sessions.values()):
+            raise AssertionError("membership count disagrees with sessions")
         if set(self._order) != set(self._sessions):
             raise AssertionError("session order index disagrees with sessions")
         recount: dict[tuple[str, str], list[int]] = {}

@@ -44,6 +44,8 @@ class Counters:
     eviction_passes: int = 0
     sync_evictions: int = 0
     alloc_failures: int = 0
+    released_objects: int = 0
+    released_bytes: int = 0
 
 
 _GONE_SEGMENT = SegmentInfo(id="", name="", base=1, size=1, te_endpoint="")

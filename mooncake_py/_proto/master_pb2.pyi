@@ -461,3 +461,46 @@ class ReleaseResponse(_message.Message):
     kept_pinned: int
     message: str
     def __init__(self, code: _Optional[int] = ..., sessions: _Optional[int] = ..., released_objects: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., pending_bytes: _Optional[int] = ..., kept_shared: _Optional[int] = ..., kept_hard_pinned: _Optional[int] = ..., kept_leased: _Optional[int] = ..., kept_writing: _Optional[int] = ..., kept_pinned: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("code", "values")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    values: _containers.ScalarMap[str, int]
+    def __init__(self, code: _Optional[int] = ..., values: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ListSegmentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SegmentStatus(_message.Message):
+    __slots__ = ("segment", "client_id", "used_bytes", "allocations")
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    segment: Segment
+    client_id: str
+    used_bytes: int
+    allocations: int
+    def __init__(self, segment: _Optional[_Union[Segment, _Mapping]] = ..., client_id: _Optional[str] = ..., used_bytes: _Optional[int] = ..., allocations: _Optional[int] = ...) -> None: ...
+
+class ListSegmentsResponse(_message.Message):
+    __slots__ = ("code", "segments")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    segments: _containers.RepeatedCompositeFieldContainer[SegmentStatus]
+    def __init__(self, code: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentStatus, _Mapping]]] = ...) -> None: ...

@@ -199,6 +199,16 @@ class MasterServiceStub:
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchKeysRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchExistKeyResponse.FromString,
                 _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/GetStats',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.StatsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.StatsResponse.FromString,
+                _registered_method=True)
+        self.ListSegments = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/ListSegments',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.ListSegmentsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.ListSegmentsResponse.FromString,
+                _registered_method=True)
         self.Remove = channel.unary_unary(
                 '/mooncake_py.v1.MasterService/Remove',
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.RemoveRequest.SerializeToString,
@@ -431,6 +441,19 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStats(self, request, context):
+        """Introspection for operators.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSegments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Remove(self, request, context):
         """Remove family.
         """
@@ -623,6 +646,16 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.BatchExistKey,
                     request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchKeysRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchExistKeyResponse.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.StatsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.StatsResponse.SerializeToString,
+            ),
+            'ListSegments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSegments,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.ListSegmentsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.ListSegmentsResponse.SerializeToString,
             ),
             'Remove': grpc.unary_unary_rpc_method_handler(
                     servicer.Remove,
@@ -1536,6 +1569,60 @@ class MasterService:
             '/mooncake_py.v1.MasterService/BatchExistKey',
             mooncake__py_dot___proto_dot_master__pb2.BatchKeysRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.BatchExistKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/GetStats',
+            mooncake__py_dot___proto_dot_master__pb2.StatsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSegments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/ListSegments',
+            mooncake__py_dot___proto_dot_master__pb2.ListSegmentsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.ListSegmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
