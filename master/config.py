@@ -55,6 +55,9 @@ class MasterConfig:
         "127.0.0.1", "str", "", "Address the RPC server binds to (use 0.0.0.0 for all interfaces)."
     )
     port: int = _opt(50051, "int", "[0, 65535]", "RPC server port; 0 picks a free port.")
+    metrics_port: int = _opt(
+        9003, "int", "[-1, 65535]", "HTTP port of /metrics and /health; 0 picks one, -1 disables."
+    )
     fast_rpc_port: int = _opt(
         0,
         "int",

@@ -7,12 +7,16 @@ import time
 from collections.abc import Callable
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
 
 from mooncake_py.master.auth import TokenAuthority
 from mooncake_py.master.background import BackgroundLoops
 from mooncake_py.master.channel import StreamChannel, start_channel
 from mooncake_py.master.clock import monotonic_clock
 from mooncake_py.master.config import MasterConfig
+from mooncake_py.master.metrics import MetricsServer
 from mooncake_py.master.service import MasterService
 from mooncake_py.master.servicer import add_to_server, method_table
 
@@ -31,6 +35,7 @@ class MasterServer:
         service: the :class:`MasterService` behind the endpoint.
         port: the bound gRPC port, known after :meth:`start`.
         fast_port: the bound stream-channel port (0 when disabled).
+        metrics_port: the bound ``/metrics`` port (0 when disabled).
     """
 
     def __init__(
@@ -43,6 +48,8 @@ class MasterServer:
         self.service = MasterService(config, clock=clock, view_version=time.time_ns() // 1_000_000)
         self.port = 0
         self.fast_port = 0
+        self.metrics_port = 0
+        self._metrics: MetricsServer | None = None
         self._server: grpc.aio.Server | None = None
         self._channel: StreamChannel | None = None
         self._loops = BackgroundLoops(self.service, clock) if background else None
@@ -80,8 +87,29 @@ class MasterServer:
             self.port = server.add_insecure_port(bind)
         except RuntimeError as exc:
             raise RuntimeError(f"cannot listen on {bind}: {exc}") from exc
+        health = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        service_name = "mooncake_py.v1.MasterService"
+        reflection.enable_server_reflection(
+            (
+                service_name,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
         await server.start()
         self._server = server
+        for name in ("", service_name):
+            await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.config.metrics_port >= 0:
+            self._metrics = MetricsServer(
+                self.service,
+                self._servicer.rpc_counters,
+                self.config.rpc_address,
+                self.config.metrics_port,
+            )
+            self.metrics_port = self._metrics.port
         if self.config.fast_rpc_port >= 0:
             self._channel = await start_channel(
                 method_table(self._servicer),
@@ -101,6 +129,9 @@ class MasterServer:
         """Stop the timers and the server."""
         if self._loops is not None:
             await self._loops.stop()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         if self._channel is not None:
             await self._channel.close()
             self._channel = None

@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 from mooncake_py._proto import master_pb2 as pb
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.auth import Denial, TokenAuthority, bind_tenant
+from mooncake_py.master.metrics import RpcCounters
 from mooncake_py.master.service import SERVICE_VERSION, MasterService
 from mooncake_py.types import (
     KvSessionInfo,
@@ -45,10 +46,13 @@ def _guarded(
         @functools.wraps(handler)
         def wrapper(self: MasterServicer, request: Any) -> Any:
             try:
-                return handler(self, request)
+                response = handler(self, request)
             except Exception:
                 log.exception("%s failed", handler.__name__)
+                self.rpc_counters.record(handler.__name__, True)
                 return failure(request)
+            self.rpc_counters.record(handler.__name__, getattr(response, "code", 0) != 0)
+            return response
 
         return wrapper
 
@@ -165,6 +169,7 @@ class MasterServicer:
     def __init__(self, service: MasterService) -> None:
         self._service = service
         self.fast_port = 0
+        self.rpc_counters = RpcCounters()
 
     # -- segments and liveness -------------------------------------------------------------
 

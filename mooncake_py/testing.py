@@ -43,6 +43,7 @@ class InProcessMaster:
         **overrides: Any,
     ) -> None:
         overrides.setdefault("port", 0)
+        overrides.setdefault("metrics_port", 0)
         overrides.setdefault("rpc_address", "127.0.0.1")
         self.config = MasterConfig(**overrides)
         self._server = MasterServer(self.config, clock=clock, background=background)
@@ -89,7 +90,7 @@ class MasterProcess:
     """
 
     def __init__(self, args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
-        self._args = ["--port", "0", "--rpc_address", "127.0.0.1", *args]
+        self._args = ["--port", "0", "--metrics_port", "0", "--rpc_address", "127.0.0.1", *args]
         self._env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[str] | None = None
         self.address = ""

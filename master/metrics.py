@@ -1,0 +1,155 @@
+"""Observability: Prometheus metrics at ``/metrics`` and a JSON ``/health`` on ``--metrics_port``.
+
+Metric names follow upstream Mooncake's where they exist (``master_key_count``,
+``master_allocated_bytes``, ``master_total_capacity_bytes``, ``master_active_clients``,
+``master_<op>_requests_total`` / ``master_<op>_failures_total``, eviction counters), plus KV
+session metrics. Gauges and counters are read from the service when scraped, so serving a
+request costs nothing but one counter increment (:class:`RpcCounters`).
+
+The HTTP endpoint runs on its own thread (``http.server``), so a scrape never waits for the
+event loop; the service's lock keeps what it reads consistent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from mooncake_py.master.service import SERVICE_VERSION, MasterService
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def snake_case(rpc: str) -> str:
+    """``PutStart`` -> ``put_start``; ``ReMountSegment`` -> ``remount_segment`` (upstream's)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", rpc.replace("ReMount", "Remount")).lower()
+
+
+class RpcCounters:
+    """Requests and failures per RPC. Increments are plain dict updates on the event-loop
+    thread; scrapes copy the dicts, so a value can be one call behind, never torn."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, int] = {}
+        self.failures: dict[str, int] = {}
+
+    def record(self, rpc: str, failed: bool) -> None:
+        """Count one call of ``rpc``."""
+        self.requests[rpc] = self.requests.get(rpc, 0) + 1
+        if failed:
+            self.failures[rpc] = self.failures.get(rpc, 0) + 1
+
+
+# stats() key -> (metric name, help, kind)
+_STATS_METRICS = {
+    "objects": ("master_key_count", "Objects stored.", "gauge"),
+    "capacity_bytes": ("master_total_capacity_bytes", "Bytes of all mounted segments.", "gauge"),
+    "allocated_bytes": ("master_allocated_bytes", "Bytes allocated to replicas.", "gauge"),
+    "segments": ("master_mounted_segments", "Mounted segments.", "gauge"),
+    "active_clients": ("master_active_clients", "Clients in good standing.", "gauge"),
+    "eviction_candidates": ("master_eviction_candidates", "Objects eviction may take.", "gauge"),
+    "discarded_buffers": (
+        "master_discarded_buffers",
+        "Buffers of preempted or leased removed objects awaiting release.",
+        "gauge",
+    ),
+    "sessions": ("master_kv_sessions", "Active KV sessions.", "gauge"),
+    "pinned_sessions": ("master_kv_pinned_sessions", "Pinned KV sessions.", "gauge"),
+    "memberships": ("master_kv_session_memberships", "Object-in-session memberships.", "gauge"),
+    "evicted_objects": ("master_evicted_key_count", "Objects evicted.", "counter"),
+    "evicted_bytes": ("master_evicted_size_bytes", "Bytes evicted.", "counter"),
+    "evicted_soft_pinned": (
+        "master_evicted_soft_pinned_key_count",
+        "Soft-pinned objects (TTL pin or pinned session) evicted in fallback passes.",
+        "counter",
+    ),
+    "eviction_passes": ("master_eviction_passes", "Watermark eviction passes run.", "counter"),
+    "sync_evictions": (
+        "master_sync_evictions",
+        "Objects evicted by writes to make room.",
+        "counter",
+    ),
+    "alloc_failures": (
+        "master_put_start_alloc_failures",
+        "Writes refused for lack of evictable space.",
+        "counter",
+    ),
+    "released_objects": ("master_released_key_count", "Objects removed by releases.", "counter"),
+    "released_bytes": ("master_released_bytes", "Bytes freed by releases.", "counter"),
+}
+
+
+class _StoreCollector(Collector):
+    def __init__(self, service: MasterService, rpcs: RpcCounters) -> None:
+        self._service = service
+        self._rpcs = rpcs
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._service.stats()
+        for key, (name, doc, kind) in _STATS_METRICS.items():
+            family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+            yield family(name, doc, value=stats.get(key, 0))
+        for rpc, count in sorted(dict(self._rpcs.requests).items()):
+            op = snake_case(rpc)
+            yield CounterMetricFamily(f"master_{op}_requests", f"{rpc} calls.", value=count)
+            failed = self._rpcs.failures.get(rpc, 0)
+            yield CounterMetricFamily(
+                f"master_{op}_failures", f"{rpc} calls that failed.", value=failed
+            )
+
+
+class MetricsServer:
+    """``/metrics`` and ``/health`` over HTTP on a background thread.
+
+    Args:
+        service: the service to report on.
+        rpcs: per-RPC counters filled by the servicer.
+        host: address to listen on.
+        port: 0 picks a free port.
+    """
+
+    def __init__(self, service: MasterService, rpcs: RpcCounters, host: str, port: int) -> None:
+        registry = CollectorRegistry()
+        registry.register(_StoreCollector(service, rpcs))
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                if self.path.split("?")[0] == "/metrics":
+                    self._reply(200, CONTENT_TYPE, generate_latest(registry))
+                elif self.path.split("?")[0] == "/health":
+                    body = {"status": "ok", "service_ready": True, "version": SERVICE_VERSION}
+                    self._reply(200, "application/json", json.dumps(body).encode())
+                else:
+                    self._reply(404, "text/plain", b"not found\n")
+
+            def _reply(self, status: int, content_type: str, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return  # scrapes are frequent; they are not news
+
+        self._http = ThreadingHTTPServer((host, port), Handler)
+        self._http.daemon_threads = True
+        self.port = int(self._http.server_address[1])
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, name="mooncake-metrics", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._http.shutdown()
+        self._http.server_close()
+        self._thread.join(timeout=5)
