@@ -21,6 +21,18 @@ from mooncake_py.types import ReplicaStatus, SoftPinAction
 ObjectId = tuple[str, str]
 """(tenant, key): the identity of an object."""
 
+MAX_KEY_BYTES = 4096
+
+
+def valid_key(key: object) -> bool:
+    """A key is a non-empty string of at most ``MAX_KEY_BYTES`` UTF-8 bytes."""
+    if not isinstance(key, str):
+        return False
+    # A UTF-8 character takes at most 4 bytes, so short keys need no encoding to be checked.
+    if len(key) <= MAX_KEY_BYTES // 4:
+        return len(key) > 0
+    return len(key.encode("utf-8", "surrogatepass")) <= MAX_KEY_BYTES
+
 
 @dataclasses.dataclass(slots=True)
 class Replica:

@@ -25,7 +25,7 @@ from mooncake_py.errors import ErrorCode
 from mooncake_py.master.clock import monotonic_clock
 from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.evictor import EvictionPass, Evictor
-from mooncake_py.master.metadata import ObjectMetadata, PendingSoftPin
+from mooncake_py.master.metadata import ObjectMetadata, PendingSoftPin, valid_key
 from mooncake_py.master.release import ReleaseOps
 from mooncake_py.master.segments import MountedSegment
 from mooncake_py.master.session_service import SessionOps
@@ -41,7 +41,6 @@ from mooncake_py.types import (
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
 DEFAULT_TENANT = "default"
-MAX_KEY_BYTES = 4096
 MAX_REPLICA_NUM = 64
 # A value can be no larger than a segment; this bound only rejects nonsense early.
 MAX_VALUE_BYTES = 1 << 50
@@ -263,28 +262,34 @@ class MasterService(SessionOps, ReleaseOps):
         now: float,
         upsert: bool,
     ) -> PutStartResult:
-        if not _key_ok(key) or not 0 < size <= MAX_VALUE_BYTES:
+        if not valid_key(key) or not 0 < size <= MAX_VALUE_BYTES:
             return PutStartResult(ErrorCode.INVALID_PARAMS)
         group = groups[index] if groups is not None else None
         tags = config.kv_sessions[index] if config.kv_sessions is not None else []
         if tags:
             existing = self._objects.get((tenant, key))
+            if existing is not None and not upsert and self._writes.is_stale(existing, now):
+                existing = None  # this put preempts it: its memberships die with it
             code = self._state.sessions.check_admission(tenant, [(existing, key, tags)])
             if code != ErrorCode.OK:
                 return PutStartResult(code)  # rejected: adds nothing
-        if upsert:
-            result = self._writes.upsert_start(
-                client_id, tenant, key, size, config, group, pin, now
-            )
-        else:
-            result = self._writes.put_start(
-                client_id, tenant, key, size, config, group or "", pin, now
-            )
-        if tags and result.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS):
-            # Admitted (a put of an existing key keeps its data and still gains the tags).
-            meta = self._objects.get((tenant, key))
-            if meta is not None:
-                self._state.sessions.add(meta, tags, now)
+        held = self._state.sessions.hold(tenant, tags) if tags else []
+        try:
+            if upsert:
+                result = self._writes.upsert_start(
+                    client_id, tenant, key, size, config, group, pin, now
+                )
+            else:
+                result = self._writes.put_start(
+                    client_id, tenant, key, size, config, group or "", pin, now
+                )
+            if tags and result.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS):
+                # Admitted (a put of an existing key keeps its data and still gains the tags).
+                meta = self._objects.get((tenant, key))
+                if meta is not None:
+                    self._state.sessions.add(meta, tags, now)
+        finally:
+            self._state.sessions.release_hold(held)
         return result
 
     def put_end(self, client_id: str, tenant: str, key: str) -> ErrorCode:
@@ -334,7 +339,7 @@ class MasterService(SessionOps, ReleaseOps):
             return [self._replica_list_locked(resolved, key, now) for key in keys]
 
     def _replica_list_locked(self, tenant: str, key: str, now: float) -> ReplicaListResult:
-        if not _key_ok(key):
+        if not valid_key(key):
             return ReplicaListResult(ErrorCode.INVALID_PARAMS)
         meta = self._objects.get((tenant, key))
         if meta is None:
@@ -363,7 +368,7 @@ class MasterService(SessionOps, ReleaseOps):
         with self._lock:
             now = self._clock()
             for key in keys:
-                if not _key_ok(key):
+                if not valid_key(key):
                     results.append(int(ErrorCode.INVALID_PARAMS))
                     continue
                 meta = self._objects.get((resolved, key))
@@ -537,7 +542,7 @@ class MasterService(SessionOps, ReleaseOps):
         with self._lock:
             now = self._clock()
             return [
-                step(resolved, k, now) if _key_ok(k) else ErrorCode.INVALID_PARAMS for k in keys
+                step(resolved, k, now) if valid_key(k) else ErrorCode.INVALID_PARAMS for k in keys
             ]
 
     def _batch_size_ok(self, keys: Sequence[str]) -> bool:
@@ -562,10 +567,3 @@ class MasterService(SessionOps, ReleaseOps):
         """The metadata of one object (for tests and introspection); do not mutate it."""
         with self._lock:
             return self._objects.get((self._resolve_tenant(tenant) or DEFAULT_TENANT, key))
-
-
-def _key_ok(key: str) -> bool:
-    # A UTF-8 character takes at most 4 bytes, so short keys need no encoding to be checked.
-    if len(key) <= MAX_KEY_BYTES // 4:
-        return len(key) > 0
-    return len(key.encode("utf-8", "surrogatepass")) <= MAX_KEY_BYTES

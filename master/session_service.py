@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from mooncake_py.errors import ErrorCode
-from mooncake_py.master.metadata import ObjectMetadata
+from mooncake_py.master.metadata import ObjectMetadata, valid_key
 from mooncake_py.master.sessions import SessionInfo, describe, valid_session_id
 from mooncake_py.master.state import StoreState
 from mooncake_py.types import KvSessionInfo, KvSessionPage
@@ -42,7 +42,7 @@ class SessionOps:
             resolved is None
             or not valid_session_id(session_id)
             or len(keys) > registry.limits.max_batch
-            or not all(isinstance(k, str) and k for k in keys)
+            or not all(valid_key(k) for k in keys)
         ):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
         with self._lock:

@@ -64,6 +64,7 @@ class KvSession:
         "last_active_at",
         "bytes",
         "exclusive_bytes",
+        "admitting",
     )
 
     def __init__(self, tenant: str, session_id: str, now: float) -> None:
@@ -75,6 +76,9 @@ class KvSession:
         self.last_active_at = now
         self.bytes = 0
         self.exclusive_bytes = 0
+        # Tagged writes admitted but not yet registered: while any is, the session outlives
+        # losing its last member (the write's own eviction may take it) and keeps its pin.
+        self.admitting = 0
 
     def __repr__(self) -> str:
         return f"KvSession({self.tenant!r}, {self.session_id!r}, members={len(self.members)})"
@@ -226,6 +230,20 @@ class SessionRegistry:
         self._sessions.pop((session.tenant, session.session_id), None)
         self._order.discard((session.tenant, session.session_id))
 
+    def hold(self, tenant: str, session_ids: Iterable[str]) -> list[KvSession]:
+        """Keep the existing sessions among ``session_ids`` alive during an admitted write."""
+        held = [s for s in map(lambda i: self._sessions.get((tenant, i)), session_ids) if s]
+        for session in held:
+            session.admitting += 1
+        return held
+
+    def release_hold(self, held: list[KvSession]) -> None:
+        """End :meth:`hold`; a session left without members then ends as usual."""
+        for session in held:
+            session.admitting -= 1
+            if not session.members and not session.admitting:
+                self._drop(session)
+
     def reweigh(self, meta: ObjectMetadata) -> None:
         """``meta``'s size or replicas changed: move the difference into its sessions. O(refs)."""
         sessions = meta.sessions
@@ -258,7 +276,7 @@ class SessionRegistry:
             elif len(sessions) == 1:
                 next(iter(sessions)).exclusive_bytes += held
         session.members.discard(meta.key)
-        if not session.members:
+        if not session.members and not session.admitting:
             self._drop(session)
 
     def adopt(
@@ -349,7 +367,7 @@ class SessionRegistry:
         for scoped, record in self._sessions.items():
             if [record.bytes, record.exclusive_bytes] != recount.get(scoped, [0, 0]):
                 raise AssertionError(f"session {scoped!r} bytes disagree with a recount")
-            if not record.members:
+            if not record.members and not record.admitting:
                 raise AssertionError(f"empty session {scoped!r} survives")
             if set(record.members) != seen.get(scoped, set()):
                 raise AssertionError(f"session {scoped!r} members disagree with objects")

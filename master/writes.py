@@ -78,8 +78,7 @@ class WritePath:
         """Reserve replicas for a new object (first writer wins)."""
         existing = self._state.objects.get((tenant, key))
         if existing is not None:
-            deadline = existing.put_start_time + self._state.config.put_start_discard_timeout_sec
-            if existing.is_readable() or deadline >= now:
+            if not self.is_stale(existing, now):
                 return PutStartResult(ErrorCode.OBJECT_ALREADY_EXISTS)
             self._preempt(existing, existing.put_start_time)
         return self._create(client_id, tenant, key, size, config, group_id, pin, now, None)
@@ -136,6 +135,12 @@ class WritePath:
             self._state.policy.on_removed(current.object_id)
         return result
 
+    def is_stale(self, meta: ObjectMetadata, now: float) -> bool:
+        """True for an unreadable object whose write is older than the discard timeout: the
+        next put of its key preempts it."""
+        deadline = meta.put_start_time + self._state.config.put_start_discard_timeout_sec
+        return not meta.is_readable() and deadline < now
+
     def _rewrite_in_place(
         self, meta: ObjectMetadata, client_id: str, pin: PendingSoftPin, now: float
     ) -> PutStartResult:
@@ -155,13 +160,15 @@ class WritePath:
         pin: PendingSoftPin,
         now: float,
     ) -> PutStartResult:
-        # Allocate before letting go of the old bytes: a rejected upsert changes nothing. The
-        # object is unleased, so eviction may take it meanwhile; then this is a plain create.
+        # Allocate before letting go of the old bytes, with the object itself out of eviction's
+        # reach: a rejected upsert changes nothing, and an admitted one keeps its memberships.
+        protected = meta.object_id in self._state.policy
+        self._state.policy.on_removed(meta.object_id)
         allocations = self._evictor.allocate_evicting(placement_request(size, config), now)
+        if protected:
+            self._state.policy.on_created(meta.object_id)
         if not allocations:
             return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
-        if self._state.objects.get(meta.object_id) is not meta:
-            return self._insert(allocations, client_id, meta, size, config, pin, now, meta)
         self._state.release_replicas(meta, list(meta.replicas), now, keep_object=True)
         meta.client_id = client_id
         meta.put_start_time = now

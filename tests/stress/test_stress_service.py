@@ -341,7 +341,11 @@ class Model:
         self.snap = self.snapshot(self.snap.stats)
 
     def reconcile(
-        self, alloc: str = "none", self_evicted: frozenset[str] = frozenset(), size: int = 0
+        self,
+        alloc: str = "none",
+        self_evicted: frozenset[str] = frozenset(),
+        size: int = 0,
+        protected: frozenset[str] = frozenset(),
     ) -> set[str]:
         """Account for objects the service evicted during this operation; returns them.
 
@@ -351,6 +355,8 @@ class Model:
         watermark pass). ``self_evicted`` names an upserted key that eviction took and the
         upsert re-created. ``size`` is the value a write needed room for: a write evicts only
         objects (with their groups) that have a replica in a segment large enough for it.
+        ``protected`` names an object the operation itself keeps out of eviction's reach (an
+        upsert's own object while it allocates the new value).
         """
         snap = self.snap
         assert snap is not None
@@ -367,8 +373,9 @@ class Model:
             assert verdict == EVICT or self.allow_soft, f"soft-pinned {key} evicted"
             # Groups go whole (hard-pinned members stay).
             assert snap.members[key] <= evicted, f"group of {key} partly evicted"
-        ordinary = {k for k, v in verdicts.items() if v == EVICT}
-        pinned = {k for k, v in verdicts.items() if v == PINNED}
+        assert not (evicted & protected), f"protected {sorted(evicted & protected)} evicted"
+        ordinary = {k for k, v in verdicts.items() if v == EVICT} - protected
+        pinned = {k for k, v in verdicts.items() if v == PINNED} - protected
         if alloc in ("evict_ok", "evict_fail"):
             useful = {s.seg_id for s in self.slots if s.mounted and s.size >= size}
 
@@ -584,27 +591,21 @@ class Model:
             self.reconcile()
             return
         mode, ok = self._allocation(result, size, fits)
+        itself = frozenset([key])
         if not ok:
-            self.reconcile(mode, size=size)
+            self.reconcile(mode, size=size, protected=itself)
             return
         self.events["upsert_new_size"] += 1
         segs = self._check_replicas(result, size, replica_num, fits, "")
         after = self.service.object_of("", key)
-        assert after is not None
-        if after is before:  # the old bytes are freed at once (nobody holds a lease)
-            existing.size, existing.segments = size, set(segs)
-            existing.readable, existing.writer, existing.start = False, writer, now
-            existing.pending = pin
-            existing.hard, existing.in_policy = hard, existing.in_policy and not hard
-            self.reconcile(mode, size=size)
-            return
-        # Eviction took the object while making room for its new value: a fresh object that
-        # keeps the identity, the hard pin and a live soft pin.
-        obj = Obj(size, writer, now, set(segs), pending=pin, group=existing.group)
-        obj.hard = hard
-        obj.soft_deadline = existing.soft_deadline if existing.soft_deadline > now else 0.0
-        self.objects[key] = obj
-        self.reconcile(mode, self_evicted=frozenset([key]), size=size)
+        # Never evicted to make room for its own new value; the old bytes are freed at once
+        # (nobody holds a lease).
+        assert after is before
+        existing.size, existing.segments = size, set(segs)
+        existing.readable, existing.writer, existing.start = False, writer, now
+        existing.pending = pin
+        existing.hard, existing.in_policy = hard, existing.in_policy and not hard
+        self.reconcile(mode, size=size, protected=itself)
 
     def op_put_end(self) -> None:
         key, writer = self._pick_write()

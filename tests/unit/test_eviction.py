@@ -854,13 +854,13 @@ def test_upsert_of_a_new_size_gets_new_replicas_and_frees_the_old(new_size: int)
     service.check()
 
 
-def test_upsert_to_a_new_size_in_a_full_store_may_evict_the_object_itself() -> None:
+def test_upsert_to_a_new_size_in_a_full_store_evicts_others_not_itself() -> None:
     service, _ = make_service()
     mount(service, "s", 4 * KIB)
     put_many(service, "ABCD", KIB)
-    result = upsert(service, "A", 2 * KIB)  # A (oldest) and B make the room
+    result = upsert(service, "A", 2 * KIB)  # B and C make the room; A keeps its identity
     assert result.code == OK
-    assert gone(service, "ABCD") == ["B"]
+    assert gone(service, "ABCD") == ["B", "C"]
     assert stat(service, "evicted_objects") == 2
     assert service.put_end("u", "", "A") == OK
     assert service.get_replica_list("", "A").size == 2 * KIB

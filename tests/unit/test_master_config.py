@@ -476,11 +476,11 @@ def test_soft_pin_default_above_max() -> None:
 
 
 def test_unknown_key_in_file(tmp_path: Path) -> None:
-    path = write(tmp_path, "master.yaml", "port: 6000\nmetrics_port: 9003\nenable_gc: true\n")
-    with pytest.raises(ConfigError, match="metrics_port") as info:
+    path = write(tmp_path, "master.yaml", "port: 6000\nenable_gc: true\nmetrics_port: 9003\n")
+    with pytest.raises(ConfigError, match="enable_gc") as info:
         load_config_file(path)
-    assert "enable_gc" in str(info.value)
-    with pytest.raises(ConfigError, match="metrics_port"):
+    assert "metrics_port" not in str(info.value)  # a known key is not reported
+    with pytest.raises(ConfigError, match="enable_gc"):
         parse_args(["--config", path])
 
 
