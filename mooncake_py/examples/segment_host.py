@@ -1,0 +1,39 @@
+"""A storage node: contribute memory to a mooncake-py store and serve it until stopped.
+
+``python -m mooncake_py.examples.segment_host`` reads the client configuration the usual way
+(``MOONCAKE_CONFIG_PATH`` or ``MOONCAKE_MASTER``, ``MOONCAKE_GLOBAL_SEGMENT_SIZE``,
+``MOONCAKE_LOCAL_HOSTNAME``, ...), mounts its segment and keeps serving other clients' reads
+and writes until SIGINT or SIGTERM, then unmounts cleanly. Deployments run it next to engines
+that contribute no memory of their own (see deploy/).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from mooncake_py import MooncakeDistributedStore
+from mooncake_py.errors import ErrorCode
+
+
+def main() -> int:
+    """Join, serve until signalled, leave. Returns the exit status (non-zero: setup failed)."""
+    store = MooncakeDistributedStore()
+    code = store.setup()
+    if code != 0:
+        print(f"segment host: setup failed: {ErrorCode.name_of(code)}", file=sys.stderr)
+        return 1
+    print(f"segment host {store.get_hostname()} serving", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        if store.health_check() == 2:
+            print("segment host: master unreachable, retrying", file=sys.stderr, flush=True)
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
