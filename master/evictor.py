@@ -20,9 +20,10 @@ Thread-safety: none; the service calls it under its lock.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 
 from mooncake_py.master.eviction import Verdict
 from mooncake_py.master.metadata import ObjectMetadata
@@ -61,6 +62,7 @@ class Evictor:
     def __init__(self, state: StoreState) -> None:
         self._state = state
         self.allocation_failed = False  # set by a failed write: evict even below the watermark
+        self._spared: set[Hashable] = set()
         # Where the last write's walk stopped, and what it assumed: protected candidates it
         # passed stay behind the cursor only while no pin ended and the same segments count.
         self._sync_cursor = -1
@@ -69,10 +71,20 @@ class Evictor:
 
     # -- rules -----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def sparing(self, object_id: Hashable) -> Iterator[None]:
+        """Keep one object out of eviction's reach meanwhile, without moving it in LRU order
+        (an upsert allocating the new value of the very object it replaces)."""
+        self._spared.add(object_id)
+        try:
+            yield
+        finally:
+            self._spared.discard(object_id)
+
     def verdict(self, object_id: Hashable, now: float) -> Verdict:
         """May this candidate go now? O(group size)."""
         meta = self._state.objects.get(object_id)  # type: ignore[arg-type]
-        if meta is None or meta.hard_pinned:
+        if meta is None or meta.hard_pinned or object_id in self._spared:
             return Verdict.SKIP
         members = self._victims_with(meta)
         if any(m.is_writing() or m.has_live_lease(now) or not m.is_readable() for m in members):

@@ -162,11 +162,8 @@ class WritePath:
     ) -> PutStartResult:
         # Allocate before letting go of the old bytes, with the object itself out of eviction's
         # reach: a rejected upsert changes nothing, and an admitted one keeps its memberships.
-        protected = meta.object_id in self._state.policy
-        self._state.policy.on_removed(meta.object_id)
-        allocations = self._evictor.allocate_evicting(placement_request(size, config), now)
-        if protected:
-            self._state.policy.on_created(meta.object_id)
+        with self._evictor.sparing(meta.object_id):
+            allocations = self._evictor.allocate_evicting(placement_request(size, config), now)
         if not allocations:
             return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
         self._state.release_replicas(meta, list(meta.replicas), now, keep_object=True)
