@@ -146,8 +146,17 @@ def encode_replica_list(result: ReplicaListResult) -> pb.GetReplicaListResponse:
 
 
 def encode_session_info(info: KvSessionInfo) -> pb.KvSessionInfo:
-    """:class:`KvSessionInfo` to protobuf."""
-    return pb.KvSessionInfo(**dataclasses.asdict(info))
+    """:class:`KvSessionInfo` to protobuf (fields named: listings encode 100,000s of these)."""
+    return pb.KvSessionInfo(
+        session_id=info.session_id,
+        pinned=info.pinned,
+        member_count=info.member_count,
+        created_at=info.created_at,
+        last_active_at=info.last_active_at,
+        bytes=info.bytes,
+        exclusive_bytes=info.exclusive_bytes,
+        idle_ms=info.idle_ms,
+    )
 
 
 def encode_release(code: int, result: ReleaseResult) -> pb.ReleaseResponse:

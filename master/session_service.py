@@ -131,21 +131,7 @@ class SessionOps:
             now = self._clock()
         if info is None:
             return ErrorCode.SESSION_NOT_FOUND, None
-        return ErrorCode.OK, self._public_info(info, now)
-
-    def _public_info(self, info: SessionInfo, now: float) -> KvSessionInfo:
-        """Service-clock times to Unix times, plus idle time."""
-        offset = time.time() - now
-        return KvSessionInfo(
-            session_id=info.session_id,
-            pinned=info.pinned,
-            member_count=info.member_count,
-            created_at=info.created_at + offset,
-            last_active_at=info.last_active_at + offset,
-            bytes=info.bytes,
-            exclusive_bytes=info.exclusive_bytes,
-            idle_ms=max(0, int((now - info.last_active_at) * 1000)),
-        )
+        return ErrorCode.OK, _public_info(info, now, time.time() - now)
 
     def list_kv_sessions(
         self,
@@ -173,6 +159,7 @@ class SessionOps:
         infos: list[KvSessionInfo] = []
         with self._lock:
             now = self._clock()
+            offset = time.time() - now
             last = ""
             walk = self._state.sessions.sessions_after(resolved, cursor)
             for examined, session in enumerate(walk):
@@ -181,7 +168,7 @@ class SessionOps:
                 last = session.session_id
                 idle_ms = (now - session.last_active_at) * 1000
                 if (pinned is None or session.pinned == pinned) and idle_ms >= min_idle_ms:
-                    infos.append(self._public_info(describe(session), now))
+                    infos.append(_public_info(describe(session), now, offset))
         return ErrorCode.OK, infos, ""
 
     def list_kv_session_keys(
@@ -205,3 +192,17 @@ class SessionOps:
                 return ErrorCode.SESSION_NOT_FOUND, None
             keys, next_cursor = registry.page(session, cursor, limit)
         return ErrorCode.OK, KvSessionPage(keys, next_cursor)
+
+
+def _public_info(info: SessionInfo, now: float, offset: float) -> KvSessionInfo:
+    """Service-clock times to Unix times (``offset`` = wall time - service time), plus idle."""
+    return KvSessionInfo(
+        session_id=info.session_id,
+        pinned=info.pinned,
+        member_count=info.member_count,
+        created_at=info.created_at + offset,
+        last_active_at=info.last_active_at + offset,
+        bytes=info.bytes,
+        exclusive_bytes=info.exclusive_bytes,
+        idle_ms=max(0, int((now - info.last_active_at) * 1000)),
+    )

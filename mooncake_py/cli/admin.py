@@ -1,0 +1,193 @@
+"""``mooncake-py segments|keys|stats|release-kv-cache``: the store beyond sessions."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from pathlib import Path
+from typing import Any
+
+from mooncake_py.cli.common import (
+    EXIT_OK,
+    EXIT_STORE_ERROR,
+    CliError,
+    CommonParents,
+    Context,
+    check_code,
+)
+from mooncake_py.cli.output import (
+    Column,
+    UsageError,
+    emit_json,
+    emit_listing,
+    emit_record,
+    format_size,
+)
+from mooncake_py.cli.sessions import emit_release
+from mooncake_py.client.store import MooncakeDistributedStore
+from mooncake_py.errors import ErrorCode
+
+SEGMENT_COLUMNS = (
+    Column("segment_id", "SEGMENT"),
+    Column("name", "NAME"),
+    Column("client_id", "CLIENT", in_table=False),
+    Column("size", "SIZE", "bytes"),
+    Column("used_bytes", "USED", "bytes"),
+    Column("used_percent", "USE%", "percent"),
+    Column("allocations", "ALLOCS", "int"),
+    Column("te_endpoint", "ENDPOINT"),
+    Column("protocol", "PROTO"),
+    Column("host_id", "HOST", in_table=False),
+)
+
+
+def cmd_segments_ls(ctx: Context) -> int:
+    """``segments ls``: every mounted segment with its use."""
+    rows: list[dict[str, Any]] = []
+    for segment, client_id, used, allocations in ctx.master.list_segments():
+        rows.append(
+            {
+                "segment_id": segment.id,
+                "name": segment.name,
+                "client_id": client_id,
+                "size": segment.size,
+                "used_bytes": used,
+                "used_percent": 100.0 * used / segment.size if segment.size else 0.0,
+                "allocations": allocations,
+                "te_endpoint": segment.te_endpoint,
+                "protocol": segment.protocol,
+                "host_id": segment.host_id,
+            }
+        )
+    rows.sort(key=lambda r: (r["name"], r["segment_id"]))
+    emit_listing(ctx.out, SEGMENT_COLUMNS, rows, empty_note="no segments mounted")
+    return EXIT_OK
+
+
+def cmd_stats(ctx: Context) -> int:
+    """``stats``: the master's counters (sizes shown in binary units)."""
+    stats = ctx.master.get_stats()
+    fields = [
+        Column(name, name, "bytes" if name.endswith("_bytes") else "int") for name in sorted(stats)
+    ]
+    emit_record(ctx.out, fields, stats)
+    return EXIT_OK
+
+
+def cmd_release_kv_cache(ctx: Context) -> int:
+    """``release-kv-cache [--include-pinned]``: remove KV-cache objects, keep other data."""
+    include_pinned: bool = ctx.args.include_pinned
+    scope = "including" if include_pinned else "except"
+    ctx.confirm(
+        f"remove every KV-cache object of {ctx.tenant_label} ({scope} pinned "
+        "sessions' objects; other data types stay)?"
+    )
+    code, result = ctx.master.release_kv_cache(ctx.tenant, not include_pinned)
+    check_code(code, "release of the KV cache")
+    emit_release(ctx, "released the KV cache", result)
+    return EXIT_OK
+
+
+def _open_store(ctx: Context) -> MooncakeDistributedStore:
+    # Reachability and the token are checked first so that failures keep their exit code
+    # (the store's setup reports every failure as one RPC_FAIL code).
+    ctx.master.service_ready()
+    store = MooncakeDistributedStore()
+    config = {
+        "master_server_address": ctx.address,
+        "global_segment_size": 0,
+        "auth_token": ctx.token,
+        # With a token, "default" lets the token decide the tenant.
+        "tenant_id": ctx.tenant or "default",
+        "rpc_timeout_s": ctx.timeout_s,
+    }
+    code = store.setup(config)
+    check_code(code, "connecting to the store")
+    return store
+
+
+def cmd_keys_get(ctx: Context) -> int:
+    """``keys get KEY [--output FILE]``: print the value to stdout or save it."""
+    key: str = ctx.args.key
+    output: str | None = ctx.args.value_file
+    if ctx.out.file_format:
+        raise UsageError("keys get writes the value itself: use --output FILE without --format")
+    store = _open_store(ctx)
+    try:
+        size = store.get_size(key)
+        if size < 0:
+            check_code(size, f"key {key!r}")
+        value = store.get(key)
+    finally:
+        store.close()
+    if len(value) != size:
+        raise CliError(EXIT_STORE_ERROR, f"key {key!r}: reading {size} bytes failed")
+    if output and output != "-":
+        Path(output).write_bytes(value)
+        if ctx.out.json:
+            emit_json(ctx.out, {"key": key, "size": size, "output": output})
+        else:
+            print(f"saved key {key!r} ({format_size(size)}) to {output}", file=sys.stderr)
+    elif ctx.out.json:
+        encoded = base64.b64encode(value).decode("ascii")
+        emit_json(ctx.out, {"key": key, "size": size, "value_base64": encoded})
+    else:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(value)
+        sys.stdout.buffer.flush()
+    return EXIT_OK
+
+
+def cmd_keys_rm(ctx: Context) -> int:
+    """``keys rm KEY [--force]``."""
+    key: str = ctx.args.key
+    force: bool = ctx.args.force
+    ctx.confirm(f"remove key {key!r}{' (forced, even while read)' if force else ''}?")
+    code = ctx.master.remove(ctx.tenant, key, force)
+    if code == ErrorCode.OBJECT_HAS_LEASE:
+        raise CliError(EXIT_STORE_ERROR, f"key {key!r} is being read (leased); retry or --force")
+    if code == ErrorCode.REPLICA_IS_NOT_READY:
+        raise CliError(EXIT_STORE_ERROR, f"key {key!r} is being written; retry later")
+    check_code(code, f"key {key!r}")
+    if ctx.out.json:
+        emit_json(ctx.out, {"key": key, "removed": True})
+    else:
+        print(f"removed key {key!r}")
+    return EXIT_OK
+
+
+def register(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], parents: CommonParents
+) -> None:
+    """Add ``segments``, ``keys``, ``stats`` and ``release-kv-cache`` to ``commands``."""
+    segments = commands.add_parser("segments", help="memory segments", parents=[parents.base])
+    segments_sub = segments.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
+    ls = segments_sub.add_parser("ls", help="list mounted segments", parents=[parents.listing])
+    ls.set_defaults(handler=cmd_segments_ls)
+
+    keys = commands.add_parser("keys", help="read or remove one key", parents=[parents.base])
+    keys_sub = keys.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
+    get = keys_sub.add_parser("get", help="print a value or save it", parents=[parents.base])
+    get.add_argument("key", metavar="KEY")
+    get.add_argument(
+        "--output", "-o", dest="value_file", metavar="FILE", help="save the value to FILE"
+    )
+    get.set_defaults(handler=cmd_keys_get)
+    rm = keys_sub.add_parser("rm", help="remove a key", parents=[parents.base])
+    rm.add_argument("key", metavar="KEY")
+    rm.add_argument("--force", action="store_true", help="remove even while it is being read")
+    rm.set_defaults(handler=cmd_keys_rm)
+
+    stats = commands.add_parser("stats", help="the master's counters", parents=[parents.listing])
+    stats.set_defaults(handler=cmd_stats)
+
+    release = commands.add_parser(
+        "release-kv-cache",
+        help="remove every KV-cache object (other data types stay)",
+        parents=[parents.base],
+    )
+    release.add_argument(
+        "--include-pinned", action="store_true", help="also pinned sessions' objects"
+    )
+    release.set_defaults(handler=cmd_release_kv_cache)

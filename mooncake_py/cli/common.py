@@ -1,0 +1,267 @@
+"""What every command of the ops CLI shares: exit codes, errors, the connection to the master,
+tenant selection and confirmation of destructive commands."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Callable
+
+from mooncake_py.cli.output import OutputOptions, UsageError, parse_duration
+from mooncake_py.client.master_client import MasterClient
+from mooncake_py.errors import ErrorCode
+
+EXIT_OK = 0
+EXIT_ABORTED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_NOT_FOUND = 4
+EXIT_DENIED = 5
+EXIT_STORE_ERROR = 6
+
+DEFAULT_MASTER = "127.0.0.1:50051"
+PAGE_LIMIT = 1024
+
+Handler = Callable[["Context"], int]
+
+
+class CliError(Exception):
+    """A failure to report on one line of stderr, with the process exit code.
+
+    Attributes:
+        exit_code: one of the ``EXIT_*`` codes.
+        message: what went wrong, for humans.
+    """
+
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.message = message
+
+
+def exit_code_of(code: int) -> int:
+    """The exit code for a store error code."""
+    if code in (ErrorCode.SESSION_NOT_FOUND, ErrorCode.OBJECT_NOT_FOUND):
+        return EXIT_NOT_FOUND
+    if code in (ErrorCode.RPC_FAIL, ErrorCode.RPC_TIMEOUT):
+        return EXIT_UNREACHABLE
+    if code == ErrorCode.INVALID_PARAMS:
+        return EXIT_USAGE
+    return EXIT_STORE_ERROR
+
+
+def check_code(code: int, what: str) -> None:
+    """Raise a :class:`CliError` for a non-zero store code.
+
+    Args:
+        code: 0 or a negative :class:`ErrorCode`.
+        what: the thing concerned, e.g. ``"session 'conv-1'"``.
+
+    Raises:
+        CliError: with the exit code of ``code`` and a message naming ``what``.
+    """
+    if code == 0:
+        return
+    name = ErrorCode.name_of(code)
+    if code == ErrorCode.SESSION_NOT_FOUND or code == ErrorCode.OBJECT_NOT_FOUND:
+        message = f"{what} not found"
+    elif code == ErrorCode.INVALID_PARAMS:
+        message = f"invalid request for {what} (INVALID_PARAMS)"
+    else:
+        message = f"{what}: {name} ({code})"
+    raise CliError(exit_code_of(code), message)
+
+
+def duration_ms(text: str) -> int:
+    """``argparse`` type: a duration (``90s``, ``30m``, ``1h30m``, seconds) in milliseconds."""
+    try:
+        return round(parse_duration(text) * 1000)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def positive_int(text: str) -> int:
+    """``argparse`` type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+@dataclasses.dataclass
+class Context:
+    """The parsed command line plus a lazily opened connection to the master.
+
+    Attributes:
+        args: the parsed arguments (command-specific ones included).
+        address: the master's ``host:port``.
+        token: the bearer token, or "".
+        tenant: the tenant to name in requests; "" lets the token decide.
+        timeout_s: deadline of each master call.
+        out: output options.
+        yes: skip confirmations.
+    """
+
+    args: argparse.Namespace
+    address: str
+    token: str
+    tenant: str
+    timeout_s: float
+    out: OutputOptions
+    yes: bool
+    _master: MasterClient | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Context:
+        """Build from parsed arguments.
+
+        Raises:
+            UsageError: a bad address or output combination.
+        """
+        address = args.master
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise UsageError(f"--master must be HOST:PORT, got {address!r}")
+        if args.timeout <= 0:
+            raise UsageError("--timeout must be positive")
+        token = args.token or ""
+        tenant = args.tenant if args.tenant is not None else ("" if token else "default")
+        out = OutputOptions.resolve(
+            args.json, getattr(args, "format", None), getattr(args, "output", None)
+        )
+        return cls(args, address, token, tenant, args.timeout, out, args.yes)
+
+    @property
+    def master(self) -> MasterClient:
+        """The master client, connected on first use (over the stream channel when offered)."""
+        if self._master is None:
+            master = MasterClient(self.address, self.timeout_s, True, self.token)
+            self._master = master
+            # Fails with the typed error (unreachable, unauthenticated) within one deadline;
+            # connect_stream would swallow it and the next call would wait again.
+            master.service_ready()
+            master.connect_stream()
+        return self._master
+
+    @property
+    def tenant_label(self) -> str:
+        """The tenant as shown to humans."""
+        return f"tenant {self.tenant!r}" if self.tenant else "the token's tenant"
+
+    def close(self) -> None:
+        """Close the connection, if one was opened."""
+        if self._master is not None:
+            self._master.close()
+            self._master = None
+
+    def confirm(self, action: str) -> None:
+        """Ask ``<action> proceed? [y/N]`` on stderr and read the answer from stdin.
+
+        Passes at once with ``--yes``.
+
+        Raises:
+            CliError: EXIT_ABORTED when the answer is not yes, stdin is not a terminal or it
+                ended.
+        """
+        if self.yes:
+            return
+        stdin = sys.stdin
+        if stdin is None or not stdin.isatty():
+            raise CliError(
+                EXIT_ABORTED, f"not confirmed: {action} (stdin is not a terminal; pass --yes)"
+            )
+        sys.stderr.write(f"{action} proceed? [y/N] ")
+        sys.stderr.flush()
+        answer = stdin.readline()
+        if answer.strip().lower() not in ("y", "yes"):
+            raise CliError(EXIT_ABORTED, "aborted: not confirmed")
+
+
+@dataclasses.dataclass(frozen=True)
+class CommonParents:
+    """Parent parsers that let the global options also follow a subcommand.
+
+    Attributes:
+        base: ``--master``, ``--token``, ``--tenant``, ``--timeout``, ``--json``, ``--yes``.
+        listing: ``base`` plus ``--format`` and ``--output``.
+    """
+
+    base: argparse.ArgumentParser
+    listing: argparse.ArgumentParser
+
+    @classmethod
+    def create(cls) -> CommonParents:
+        """Parents whose options default to "not given", so they never override the values
+        parsed before the subcommand."""
+        base = argparse.ArgumentParser(add_help=False)
+        add_common_options(base, suppress=True, files=False)
+        listing = argparse.ArgumentParser(add_help=False)
+        add_common_options(listing, suppress=True, files=True)
+        return cls(base, listing)
+
+
+def add_common_options(parser: argparse.ArgumentParser, suppress: bool, files: bool) -> None:
+    """Add the global options to ``parser``.
+
+    Args:
+        parser: the parser.
+        suppress: leave unset options out of the namespace (for subcommand parsers).
+        files: also add ``--format`` and ``--output``.
+    """
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    group = parser.add_argument_group("global options")
+    group.add_argument(
+        "--master",
+        metavar="HOST:PORT",
+        default=default(os.environ.get("MOONCAKE_MASTER") or DEFAULT_MASTER),
+        help=f"the master (env MOONCAKE_MASTER; default {DEFAULT_MASTER})",
+    )
+    group.add_argument(
+        "--token",
+        default=default(os.environ.get("MOONCAKE_AUTH_TOKEN", "")),
+        help="bearer token for a master with --auth_tokens_file (env MOONCAKE_AUTH_TOKEN)",
+    )
+    group.add_argument(
+        "--tenant",
+        default=default(os.environ.get("MOONCAKE_TENANT_ID") or None),
+        help='tenant (env MOONCAKE_TENANT_ID; default "default", or the token\'s tenant)',
+    )
+    group.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        default=default(10.0),
+        help="deadline of each master call (default 10)",
+    )
+    group.add_argument(
+        "--json", action="store_true", default=default(False), help="print JSON for scripts"
+    )
+    group.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        default=default(False),
+        help="do not ask before destructive commands",
+    )
+    if files:
+        group.add_argument(
+            "--format",
+            choices=("csv", "parquet"),
+            default=default(None),
+            help="write the listing as CSV or Parquet (with --output FILE)",
+        )
+        group.add_argument(
+            "--output",
+            "-o",
+            metavar="FILE",
+            default=default(None),
+            help="file for --format (CSV may go to stdout)",
+        )
