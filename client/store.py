@@ -451,14 +451,18 @@ def _parts_views(parts: Sequence[Any]) -> list[memoryview]:
 
 
 def _keys_ok(keys: Sequence[str]) -> bool:
-    return all(isinstance(k, str) and k and _encodable(k) for k in keys)
-
-
-def _encodable(key: str) -> bool:
-    if key.isascii():
+    """Every key a non-empty string that encodes as UTF-8 (checked in bulk: batches of
+    thousands of keys are common, and this runs before every call)."""
+    try:
+        joined = "\n".join(keys)
+    except TypeError:
+        return False
+    if not all(keys):
+        return False
+    if joined.isascii():
         return True
     try:
-        key.encode("utf-8")
+        joined.encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True

@@ -95,7 +95,10 @@ class ObjectMetadata:
 
     def is_readable(self) -> bool:
         """True when at least one replica is COMPLETE."""
-        return any(r.status == ReplicaStatus.COMPLETE for r in self.replicas)
+        for replica in self.replicas:
+            if replica.status is ReplicaStatus.COMPLETE:
+                return True
+        return False
 
     def is_writing(self) -> bool:
         """True when a write to some replica is in flight."""

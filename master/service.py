@@ -365,18 +365,20 @@ class MasterService(SessionOps, ReleaseOps):
         if resolved is None or not self._batch_size_ok(keys):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
         results: list[int] = []
+        append = results.append
+        invalid = int(ErrorCode.INVALID_PARAMS)
+        lookup = self._objects.get
+        grant = self._state.grant_lease
         with self._lock:
             now = self._clock()
             for key in keys:
-                if not valid_key(key):
-                    results.append(int(ErrorCode.INVALID_PARAMS))
-                    continue
-                meta = self._objects.get((resolved, key))
-                if meta is None or not meta.is_readable():
-                    results.append(0)
+                meta = lookup((resolved, key))
+                if meta is not None and meta.is_readable():
+                    grant(meta, now)
+                    append(1)
                 else:
-                    self._state.grant_lease(meta, now)
-                    results.append(1)
+                    # Stored keys were valid when written; only misses need the check.
+                    append(0 if valid_key(key) else invalid)
         return results
 
     # ------------------------------------------------------------------------------------------

@@ -107,13 +107,26 @@ class StoreState:
             self.policy.on_created(meta.object_id)
 
     def grant_lease(self, meta: ObjectMetadata, now: float) -> None:
-        """A read: lease the object (its whole group when it has one) and count the access."""
-        members = [meta]
-        if meta.group_id:
-            members = [m for m in self.objects.group_members(meta.tenant, meta.group_id)]
+        """A read: lease the object (its whole group when it has one) and count the access.
+
+        An object whose lease still has more than half its TTL to run was accessed moments
+        ago and cannot be evicted before the lease ends anyway, so its recency is not renewed
+        again (as upstream skips group-wide refreshes): repeated probes of hot keys then cost a
+        dict lookup, not a reordering. Its recency lags its last access by at most half a TTL.
+        """
+        ttl = self.lease_ttl_s
+        fresh_after = now + ttl / 2
+        if not meta.group_id:
+            if meta.lease_timeout > fresh_after:
+                meta.lease_timeout = max(meta.lease_timeout, now + ttl)
+                return
+            members = [meta]
+        else:
+            members = self.objects.group_members(meta.tenant, meta.group_id)
         for member in members:
-            member.grant_lease(now, self.lease_ttl_s)
-            if member.object_id in self.policy:
+            renew = member.lease_timeout <= fresh_after
+            member.grant_lease(now, ttl)
+            if renew and member.object_id in self.policy:
                 self.policy.on_touched(member.object_id)
 
     def note_soft_pin(self, deadline: float) -> None:
