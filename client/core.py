@@ -265,6 +265,12 @@ class ClientCore:
                 results.append(loc.size)
         return results
 
+    @staticmethod
+    def lease_outlived(located: Sequence[ReplicaListResult], started_at: float) -> bool:
+        """True when the time since ``started_at`` exceeds the shortest lease granted."""
+        leases = [loc.lease_ttl_ms for loc in located if loc.code == OK and loc.lease_ttl_ms]
+        return bool(leases) and (time.monotonic() - started_at) * 1000.0 > min(leases)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:

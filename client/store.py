@@ -295,15 +295,28 @@ class MooncakeDistributedStore(KvSessionMethods):
             return [b""] * len(keys)
         started = time.monotonic()
         located = core.locate(keys)
-        found = [i for i, loc in enumerate(located) if loc.code == OK]
-        buffers = [bytearray(located[i].size) for i in found]
-        codes = core.read_located(
-            [located[i] for i in found], [memoryview(b) for b in buffers], started
-        )
         values = [b""] * len(keys)
-        for i, buffer, code in zip(found, buffers, codes, strict=True):
-            if code >= 0:
-                values[i] = bytes(buffer)
+        remote: list[int] = []
+        for i, loc in enumerate(located):
+            if loc.code != OK:
+                continue
+            mapped = next(filter(None, map(core.data.memory_of, loc.replicas)), None)
+            if mapped is None:
+                remote.append(i)
+            else:
+                values[i] = bytes(mapped[: loc.size])  # one copy, straight out of the segment
+        if remote:
+            buffers = [bytearray(located[i].size) for i in remote]
+            codes = core.read_located(
+                [located[i] for i in remote], [memoryview(b) for b in buffers], started
+            )
+            for i, buffer, code in zip(remote, buffers, codes, strict=True):
+                if code >= 0:
+                    values[i] = bytes(buffer)
+        if len(remote) < len(keys) and core.lease_outlived(located, started):
+            # Copies out of mapped segments are trusted only within their read lease.
+            fetched = set(remote)
+            values = [v if i in fetched else b"" for i, v in enumerate(values)]
         return values
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:

@@ -127,6 +127,8 @@ def test_transfer_that_outlives_its_lease_is_discarded(make_store) -> None:  # t
         assert owner.put("slow", np.ones(16 << 20, np.uint8)) == 0
         assert reader.get_into("slow", target.ctypes.data, target.nbytes) == ErrorCode.LEASE_EXPIRED
         assert reader.get("slow") == b""
+        same_host = make_store(master.address, 0)  # copies straight out of the mapped segment
+        assert same_host.get("slow") == b""
 
 
 def test_unfinished_put_is_preempted_after_discard_timeout(make_store) -> None:  # type: ignore[no-untyped-def]
