@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -57,6 +58,30 @@ def median(values: Sequence[float]) -> float:
     return float(np.median(np.asarray(values, dtype=np.float64))) if len(values) else 0.0
 
 
+def quartiles(values: Sequence[float]) -> tuple[float, float]:
+    """The 25th and 75th percentiles of the reps (both the value itself for one rep)."""
+    if not len(values):
+        return 0.0, 0.0
+    q1, q3 = np.percentile(np.asarray(values, dtype=np.float64), [25, 75])
+    return float(q1), float(q3)
+
+
+def relative_spread(values: Sequence[float]) -> float | None:
+    """Half the interquartile range over the median (0.05 = "+-5%"); None below 2 reps."""
+    mid = median(values)
+    if len(values) < 2 or mid <= 0:
+        return None
+    q1, q3 = quartiles(values)
+    return (q3 - q1) / 2 / mid
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for programs that cannot be told to pick one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 class ChildError(RuntimeError):
     """A child process failed, answered with an error, or did not answer in time."""
 
@@ -70,6 +95,7 @@ class Child:
         args: extra command-line arguments.
         env: environment changes; a value of None removes the variable.
         log_dir: where the child's stderr goes (``<log_dir>/<name>.log``).
+        python: the interpreter (default: this one); upstream's workers run in their own venv.
     """
 
     def __init__(
@@ -79,6 +105,7 @@ class Child:
         args: Sequence[str] = (),
         env: dict[str, str | None] | None = None,
         log_dir: Path | None = None,
+        python: str | None = None,
     ) -> None:
         self.name = name
         environment = dict(os.environ)
@@ -90,7 +117,7 @@ class Child:
         self.log_path = (log_dir / f"{name}.log") if log_dir is not None else None
         self._log: IO[bytes] | None = open(self.log_path, "wb") if self.log_path else None  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            [python or sys.executable, "-m", module, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log if self._log is not None else subprocess.DEVNULL,
@@ -127,13 +154,17 @@ class Child:
             raise ChildError(f"{self.name}: {message['error']}")
         return message
 
-    def call(self, timeout_s: float = 300.0, **command: Any) -> dict[str, Any]:
-        """Send one command and wait for its answer."""
+    def send(self, **command: Any) -> None:
+        """Send one command without waiting (collect the answer with :meth:`receive`)."""
         stdin = self.process.stdin
         if stdin is None or self.process.poll() is not None:
             raise ChildError(f"{self.name} is not running; {self.log_tail()}")
         stdin.write(json.dumps(command) + "\n")
         stdin.flush()
+
+    def call(self, timeout_s: float = 300.0, **command: Any) -> dict[str, Any]:
+        """Send one command and wait for its answer."""
+        self.send(**command)
         return self.receive(timeout_s)
 
     def log_tail(self, lines: int = 15) -> str:

@@ -12,9 +12,14 @@ from tests.bench.common import GIB, KIB, MIB
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """How much of everything one run does."""
+    """How much of everything one run does (counts are per round unless said otherwise)."""
 
     mode: str
+    # single process: the segment owner writes and reads its own segment
+    local_sizes: tuple[int, ...]
+    local_calls: dict[int, int]  # calls per round of each single-value size
+    local_batches: tuple[tuple[int, int, int], ...]  # (keys per call, value size, calls)
+    # cross-process: A owns the segment, B has none
     sizes: tuple[int, ...]
     batches: dict[int, int]
     values: dict[int, int]
@@ -30,25 +35,42 @@ class Plan:
     exist_calls: int
     batch_exist_sizes: tuple[int, ...]
     batch_exist_calls: dict[int, int]
+    remove_calls: int
     call_reps: int
+    # memory pressure: one client with a small segment writes far more than it holds
+    pressure_segment: int
+    pressure_bytes: int
+    pressure_value: int
+    pressure_reps: int
     meta_value: int = 64
-    lease_ms: int = 1000  # the master's default_kv_lease_ttl for the run (its default: 10 s)
+    lease_ms: int = 1000  # the masters' default_kv_lease_ttl for the run (their default: 10 s)
     budget: float = 0.8  # share of A's segment the run may hold at once
     # A's segment is written end to end once up front, to fault its pages in: all of it, since
     # the master's best-fit allocator prefers the smallest free range, so any unwritten tail
     # would be used first (and every write there pays first-touch page faults).
     prefill: float = 1.0
 
+    def buffer_bytes(self) -> int:
+        """The registered buffer each worker needs: the most bytes one call moves."""
+        most = max(size * self.batches[size] for size in self.sizes)
+        most = max(most, *self.local_sizes, *(n * size for n, size, _ in self.local_batches))
+        return max(most, max(self.batch_exist_sizes) * self.meta_value, self.pressure_value)
+
 
 def plan_for(quick: bool, tiny: bool) -> Plan:
-    """Full run (a few minutes), ``quick`` (under a minute) or ``tiny`` (plumbing only)."""
+    """Full run (a few minutes per implementation), ``quick`` (under a minute for mooncake-py)
+    or ``tiny`` (plumbing only)."""
     sizes = (1 * MIB, 4 * MIB)
+    local_sizes = (4 * KIB, 64 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
     full = Plan(
         mode="full",
+        local_sizes=local_sizes,
+        local_calls=dict(zip(local_sizes, (400, 200, 48, 16, 6), strict=True)),
+        local_batches=((64, 64 * KIB, 6), (16, 1 * MIB, 4), (32, 4 * MIB, 2)),
         sizes=sizes,
         batches={1 * MIB: 16, 4 * MIB: 32},
         values={1 * MIB: 256, 4 * MIB: 128},
-        rounds=9,
+        rounds=7,
         warmup=1,
         segment=2 * GIB,
         memcpy_sizes=(16 * MIB, 256 * MIB),
@@ -60,23 +82,32 @@ def plan_for(quick: bool, tiny: bool) -> Plan:
         exist_calls=1000,
         batch_exist_sizes=(128, 1024),
         batch_exist_calls={128: 100, 1024: 20},
-        call_reps=8,
+        remove_calls=500,
+        call_reps=7,
+        pressure_segment=256 * MIB,
+        pressure_bytes=1 * GIB,
+        pressure_value=1 * MIB,
+        pressure_reps=2,
     )
     if quick and not tiny:
         return dataclasses.replace(
             full,
             mode="quick",
-            segment=3 * GIB // 2,
-            values=dict.fromkeys(sizes, 64),
-            rounds=4,
-            memcpy_reps=10,
-            stream_bytes=128 * MIB,
-            stream_reps=8,
-            ping_calls=1000,
-            echo_calls=500,
-            exist_calls=500,
-            batch_exist_calls={128: 40, 1024: 10},
-            call_reps=4,
+            local_calls=dict(zip(local_sizes, (150, 60, 16, 6, 2), strict=True)),
+            local_batches=((64, 64 * KIB, 2), (16, 1 * MIB, 2), (32, 4 * MIB, 1)),
+            segment=1 * GIB,
+            values={1 * MIB: 64, 4 * MIB: 32},
+            rounds=3,
+            memcpy_reps=8,
+            stream_bytes=64 * MIB,
+            stream_reps=4,
+            ping_calls=500,
+            echo_calls=150,
+            exist_calls=200,
+            batch_exist_calls={128: 20, 1024: 4},
+            remove_calls=100,
+            call_reps=3,
+            pressure_reps=1,
         )
     if not tiny:
         return full
@@ -84,10 +115,13 @@ def plan_for(quick: bool, tiny: bool) -> Plan:
     return dataclasses.replace(
         full,
         mode="tiny",
+        local_sizes=(4 * KIB, 64 * KIB),
+        local_calls={4 * KIB: 10, 64 * KIB: 5},
+        local_batches=((4, 16 * KIB, 2), (4, 64 * KIB, 1)),
         sizes=small,
         batches=dict.fromkeys(small, 4),
         values=dict.fromkeys(small, 8),
-        rounds=1,
+        rounds=2,
         warmup=0,
         segment=64 * MIB,
         memcpy_sizes=(1 * MIB, 4 * MIB),
@@ -99,7 +133,12 @@ def plan_for(quick: bool, tiny: bool) -> Plan:
         exist_calls=30,
         batch_exist_sizes=(16, 64),
         batch_exist_calls={16: 3, 64: 3},
+        remove_calls=10,
         call_reps=2,
+        pressure_segment=16 * MIB,  # upstream's smallest segment
+        pressure_bytes=48 * MIB,
+        pressure_value=1 * MIB,
+        pressure_reps=1,
     )
 
 
