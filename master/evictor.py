@@ -54,6 +54,7 @@ class EvictionPass:
     fallback: bool = False
     done: bool = False
     cursor: int = -1
+    resumed: bool = False
 
 
 class Evictor:
@@ -63,6 +64,9 @@ class Evictor:
         self._state = state
         self.allocation_failed = False  # set by a failed write: evict even below the watermark
         self._spared: set[Hashable] = set()
+        # Where the last pass's ordinary stage stopped, valid while no pin has ended.
+        self._pass_cursor = -1
+        self._pass_epoch = -1
         # Where the last write's walk stopped, and what it assumed: protected candidates it
         # passed stay behind the cursor only while no pin ended and the same segments count.
         self._sync_cursor = -1
@@ -135,8 +139,13 @@ class Evictor:
 
     # -- watermark passes ------------------------------------------------------------------
 
-    def plan(self) -> EvictionPass | None:
-        """Start a pass if memory use calls for one, else None. O(segments)."""
+    def plan(self, now: float | None = None) -> EvictionPass | None:
+        """Start a pass if memory use calls for one, else None. O(segments).
+
+        Given ``now``, the ordinary stage resumes where the last pass's stopped when no pin
+        has ended since: everything older was evicted or protected then and still is, so a
+        store whose oldest objects are pinned is not walked from its oldest end every pass.
+        """
         config = self._state.config
         used = self._state.used_ratio()
         over = used - config.eviction_high_watermark_ratio
@@ -152,7 +161,10 @@ class Evictor:
             return None
         lower_bound = math.ceil(base * max(ratio * 0.5, over))
         self._state.counters.eviction_passes += 1
-        return EvictionPass(target=target, lower_bound=min(lower_bound, target))
+        work = EvictionPass(target=target, lower_bound=min(lower_bound, target))
+        if now is not None and self._state.current_pin_epoch(now) == self._pass_epoch:
+            work.cursor, work.resumed = self._pass_cursor, self._pass_cursor >= 0
+        return work
 
     def run_slice(self, work: EvictionPass, now: float, budget: int = SLICE_BUDGET) -> EvictionPass:
         """Advance a pass by at most ``budget`` judged candidates; sets ``work.done``.
@@ -176,10 +188,16 @@ class Evictor:
             work.cursor = selection.cursor
             if not selection.exhausted and work.evicted < goal:
                 return work
-        self._finish_stage(work)
+            if work.evicted < goal and work.resumed and not work.fallback:
+                work.cursor, work.resumed = -1, False  # the newest end: go round once
+                return work
+        self._finish_stage(work, now)
         return work
 
-    def _finish_stage(self, work: EvictionPass) -> None:
+    def _finish_stage(self, work: EvictionPass, now: float) -> None:
+        if not work.fallback:
+            self._pass_cursor = work.cursor
+            self._pass_epoch = self._state.current_pin_epoch(now)
         allow_pinned = self._state.config.allow_evict_soft_pinned_objects
         if not work.fallback and work.evicted < work.lower_bound and allow_pinned:
             work.fallback = True
@@ -189,7 +207,7 @@ class Evictor:
 
     def evict_once(self, now: float) -> EvictionPass | None:
         """A whole watermark pass in one call (tests and tools); None if none was needed."""
-        work = self.plan()
+        work = self.plan(now)
         while work is not None and not work.done:
             self.run_slice(work, now)
         return work

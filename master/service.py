@@ -486,7 +486,7 @@ class MasterService(SessionOps, ReleaseOps):
     def start_eviction(self) -> EvictionPass | None:
         """Begin a watermark pass if memory use calls for one. O(segments)."""
         with self._lock:
-            return self._evictor.plan()
+            return self._evictor.plan(self._clock())
 
     def continue_eviction(self, work: EvictionPass, now: float) -> bool:
         """Run one bounded slice of ``work``; returns True when the pass is finished."""
