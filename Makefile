@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m mooncake_py.examples.round_trip
+	$(VENV)/bin/mooncake-py demo
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -31,6 +31,7 @@ from mooncake_py.cli.common import (
     exit_code_of,
 )
 from mooncake_py.cli.output import UsageError
+from mooncake_py.demo.cli import add_demo_subcommand
 from mooncake_py.errors import (
     AuthenticationError,
     MasterUnavailableError,
@@ -41,7 +42,7 @@ from mooncake_py.errors import (
 PROG = "mooncake-py"
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", CommonParents], None]
-GROUPS: tuple[Register, ...] = (sessions.register, admin.register)
+GROUPS: tuple[Register, ...] = (sessions.register, admin.register, add_demo_subcommand)
 
 _EPILOG = """\
 Global options may also follow the command. Destructive commands (close, release,

@@ -1,0 +1,225 @@
+"""The connector's operations, written once for both the synchronous and the asyncio store.
+
+Each operation is a generator ("sans-I/O"): it yields a :class:`Call` naming a store method and
+its arguments, and is sent back the store's answer (or has the store's exception thrown into
+it). :class:`Stepper` runs that exchange one call at a time; the synchronous connector feeds
+it answers from :class:`~mooncake_py.MooncakeDistributedStore`, the asyncio one awaits the same
+methods of :class:`~mooncake_py.AsyncMooncakeStore`. The decisions themselves are the pure
+functions of :mod:`mooncake_py.connector.planning`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Generator, Sequence
+from typing import Any, Generic, TypeVar
+
+from mooncake_py.connector.keys import PageKeys
+from mooncake_py.connector.planning import (
+    Buffer,
+    Page,
+    SaveResult,
+    chunks,
+    count_attached,
+    loaded_prefix,
+    plan_save,
+    stored_prefix,
+    tally_put,
+    write_config,
+)
+from mooncake_py.errors import ErrorCode, MooncakeError
+from mooncake_py.types import ReleaseResult
+
+T = TypeVar("T")
+StoreT = TypeVar("StoreT")
+
+DEFAULT_BATCH_PAGES = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One store call an operation needs: ``store.<method>(*args)``."""
+
+    method: str
+    args: tuple[Any, ...]
+
+
+Steps = Generator[Call, Any, T]
+
+
+class Stepper(Generic[T]):
+    """Runs an operation's generator: hands out its calls and feeds back their outcomes.
+
+    Usage: ``while (call := stepper.next_call()) is not None: stepper.outcome = <answer>``,
+    then read :attr:`result`. An exception stored in :attr:`outcome` is thrown into the
+    operation, which may handle it or let it propagate out of :meth:`next_call`.
+    """
+
+    def __init__(self, steps: Steps[T]) -> None:
+        self._steps = steps
+        self._started = False
+        self.outcome: Any = None
+        self._result: T | None = None
+        self._done = False
+
+    def next_call(self) -> Call | None:
+        """The next call to make, or None when the operation has finished."""
+        try:
+            if not self._started:
+                self._started = True
+                return next(self._steps)
+            if isinstance(self.outcome, BaseException):
+                return self._steps.throw(self.outcome)
+            return self._steps.send(self.outcome)
+        except StopIteration as stop:
+            self._result, self._done = stop.value, True
+            return None
+
+    @property
+    def result(self) -> T:
+        """The operation's return value (only once :meth:`next_call` returned None)."""
+        if not self._done:
+            raise RuntimeError("the operation has not finished")
+        return self._result  # type: ignore[return-value]
+
+
+def _validate_pages(pages: Sequence[Page]) -> None:
+    for page in pages:
+        if page.size <= 0 or page.ptr <= 0:
+            raise ValueError(f"page {page.hash[:12]} needs a positive address and size")
+
+
+def _unless_unknown(call: Call) -> Steps[bool]:
+    """Make a session call: True, or False when the store says SESSION_NOT_FOUND."""
+    try:
+        yield call
+    except MooncakeError as exc:
+        if exc.code == ErrorCode.SESSION_NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+class ConnectorCore:
+    """Operations of a KV offload connector over one store client.
+
+    Args:
+        keys: how page hashes become store keys (model, rank, prefix).
+        batch_pages: most pages per store call; a save stops between such batches when the
+            store pushes back.
+
+    Thread-safety: holds no mutable state; operations may run concurrently.
+    """
+
+    def __init__(self, keys: PageKeys, batch_pages: int = DEFAULT_BATCH_PAGES) -> None:
+        if batch_pages <= 0:
+            raise ValueError(f"batch_pages must be positive: {batch_pages}")
+        self.keys = keys
+        self.batch_pages = batch_pages
+
+    def lookup(self, page_hashes: Sequence[str]) -> Steps[int]:
+        """Length of the longest stored prefix of ``page_hashes``, in one ``batch_is_exist``.
+
+        The probe grants the found pages a read lease and refreshes their recency, so a load
+        that follows soon finds them still there.
+        """
+        if not page_hashes:
+            return 0
+        codes = yield Call("batch_is_exist", (self.keys.keys(page_hashes),))
+        return stored_prefix(codes)
+
+    def load(
+        self, page_hashes: Sequence[str], buffers: Sequence[Buffer], session_id: str | None
+    ) -> Steps[int]:
+        """Read pages into ``buffers`` with ``batch_get_into``; see ``KVConnector.load``."""
+        if len(page_hashes) != len(buffers):
+            raise ValueError(f"{len(page_hashes)} pages but {len(buffers)} buffers")
+        if not page_hashes:
+            return 0
+        keys = self.keys.keys(page_hashes)
+        sizes = [b.size for b in buffers]
+        codes = yield Call("batch_get_into", (keys, [b.ptr for b in buffers], sizes))
+        loaded = loaded_prefix(codes, sizes)
+        if session_id and loaded:
+            yield from self._attach_keys(session_id, keys[:loaded])
+        return loaded
+
+    def save(self, pages: Sequence[Page], session_id: str | None) -> Steps[SaveResult]:
+        """Write the pages not yet stored; see ``KVConnector.save``."""
+        _validate_pages(pages)
+        if not pages:
+            return SaveResult()
+        keys = self.keys.keys(p.hash for p in pages)
+        plan = plan_save((yield Call("batch_is_exist", (keys,))))
+        result = SaveResult(requested=len(pages), present=len(plan.present))
+        batches = list(chunks(plan.missing, self.batch_pages))
+        for number, batch in enumerate(batches):
+            sizes = [pages[i].size for i in batch]
+            args = (
+                [keys[i] for i in batch],
+                [pages[i].ptr for i in batch],
+                sizes,
+                write_config(len(batch), session_id),
+            )
+            codes = yield Call("batch_put_from", args)
+            remaining = sum(len(later) for later in batches[number + 1 :])
+            result = tally_put(result, sizes, codes, remaining)
+            if result.backpressure:
+                break
+        if session_id and plan.present:
+            attached = yield from self._attach_keys(session_id, [keys[i] for i in plan.present])
+            result = dataclasses.replace(result, attached=attached)
+        return result
+
+    def attach(self, session_id: str, page_hashes: Sequence[str]) -> Steps[int]:
+        """Attach stored pages to a session; returns how many were attached."""
+        return (yield from self._attach_keys(session_id, self.keys.keys(page_hashes)))
+
+    def _attach_keys(self, session_id: str, keys: Sequence[str]) -> Steps[int]:
+        attached = 0
+        for batch in chunks(range(len(keys)), self.batch_pages):
+            codes = yield Call("attach_kv_session", (session_id, [keys[i] for i in batch]))
+            attached += count_attached(codes)
+        return attached
+
+    def set_pinned(self, session_id: str, pinned: bool) -> Steps[bool]:
+        """Pin or unpin a session; False when the session does not exist (any more).
+
+        A session exists while it has members: once eviction or release took every page it
+        is gone, and there is nothing to pin or unpin.
+        """
+        method = "pin_kv_session" if pinned else "unpin_kv_session"
+        return (yield from _unless_unknown(Call(method, (session_id,))))
+
+    def compact(self, session_id: str, keep_hashes: Sequence[str]) -> Steps[bool]:
+        """Shrink a session to the pages in ``keep_hashes``; see ``KVConnector.compact``."""
+        call = Call("update_kv_session", (session_id, self.keys.keys(keep_hashes)))
+        return (yield from _unless_unknown(call))
+
+    def end(self, session_id: str, release: bool) -> Steps[ReleaseResult | None]:
+        """Close or release a session; see ``KVConnector.end``."""
+        if release:
+            return (yield Call("release_kv_session", (session_id,)))
+        yield Call("close_kv_session", (session_id,))
+        return None
+
+
+class ConnectorBase(Generic[StoreT]):
+    """What both connectors hold: the store they call and the shared operations.
+
+    Args:
+        store: a set-up store (synchronous or asyncio).
+        keys: model, rank and prefix of the keys.
+        batch_pages: most pages per store call.
+    """
+
+    def __init__(
+        self, store: StoreT, keys: PageKeys, batch_pages: int = DEFAULT_BATCH_PAGES
+    ) -> None:
+        self.store = store
+        self.core = ConnectorCore(keys, batch_pages)
+
+    @property
+    def keys(self) -> PageKeys:
+        """How page hashes map to store keys."""
+        return self.core.keys

@@ -1,0 +1,324 @@
+"""The demo's coordinator: a master, two engine workers, and the trace replayed per policy.
+
+:func:`run` starts an embedded master (or uses ``DemoConfig.master``), spawns one worker
+process per data-parallel rank (each hosting half the store's capacity), then replays the same
+trace twice, plain LRU first, then with sessions. Virtual time advances in steps of
+``step_s``: at each step the policy's due session jobs and the step's turns go to the workers,
+which serve their lists concurrently; the coordinator waits for both, samples the master's
+stats (occupancy) and moves on. Between policies every key of the run is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from mooncake_py.client.master_client import MasterClient
+from mooncake_py.demo.metrics import PolicyResult
+from mooncake_py.demo.policy import PlainPolicy, Policy, SessionPolicy
+from mooncake_py.demo.pool import DemoError, WorkerPool
+from mooncake_py.demo.trace import Trace, TraceConfig, generate, in_progress_pages, reusable_prefix
+from mooncake_py.demo.worker import (
+    CleanupJob,
+    Job,
+    SessionOutcome,
+    TurnOutcome,
+    WorkerSpec,
+)
+from mooncake_py.errors import MooncakeError
+from mooncake_py.testing import InProcessMaster
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+class MasterUnreachableError(DemoError):
+    """The master to run against does not answer."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+    """Everything a demo run needs.
+
+    Attributes:
+        trace: the workload.
+        page_kib: bytes per page, in KiB.
+        capacity_ratio: store capacity relative to the live conversations' contexts at the
+            busiest moment of the trace (see :func:`in_progress_pages`); 1.0 means the store
+            can just hold every live conversation then, and only a small share of the
+            trace's working set. Ignored when ``capacity_mib`` is set.
+        capacity_mib: store capacity in MiB (split between the workers' segments).
+        pin_idle_s: the sessions policy unpins a conversation idle this long (virtual s).
+        abandon_after_s: it releases a conversation silent this long (virtual s).
+        step_s: virtual seconds per step.
+        lease_ms: read lease of the embedded master: a probe or read blocks eviction this
+            long. Wall time, while think times are virtual: at a few milliseconds of wall
+            time per virtual second, upstream's 10 s would protect minutes of virtual time.
+        master: ``host:port`` of an existing master to use instead of an embedded one.
+        out_dir: where the report, plot and JSON summary go.
+        model: model name in the keys.
+        progress: draw a progress line on stderr.
+    """
+
+    trace: TraceConfig = TraceConfig()
+    page_kib: int = 32
+    capacity_ratio: float = 1.0
+    capacity_mib: float | None = None
+    pin_idle_s: float = 90.0
+    abandon_after_s: float = 160.0
+    step_s: float = 1.0
+    lease_ms: int = 50
+    master: str | None = None
+    out_dir: Path = Path("demo-output")
+    model: str = "demo-org/chat-model-8b"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.page_kib < 1 or self.step_s <= 0 or self.lease_ms < 1:
+            raise ValueError("page_kib, step_s and lease_ms must be positive")
+        if self.capacity_ratio <= 0:
+            raise ValueError("capacity_ratio must be positive")
+        if self.capacity_mib is not None and self.capacity_mib <= 0:
+            raise ValueError("capacity_mib must be positive")
+        if not 0 < self.pin_idle_s <= self.abandon_after_s:
+            raise ValueError("need 0 < pin_idle_s <= abandon_after_s")
+        if self.trace.think_min_s <= self.step_s:
+            raise ValueError("think_min_s must exceed step_s")
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes per page."""
+        return self.page_kib * KIB
+
+    def capacity_bytes(self, trace: Trace) -> int:
+        """Store capacity the workers contribute (a multiple of the worker count)."""
+        wanted = (
+            self.capacity_mib * MIB
+            if self.capacity_mib is not None
+            else self.capacity_ratio * max(in_progress_pages(trace, self.step_s)) * self.page_bytes
+        )
+        per_worker = max(int(wanted) // self.trace.workers // 64 * 64, 64 * KIB)
+        return per_worker * self.trace.workers
+
+
+@dataclasses.dataclass
+class DemoResult:
+    """A finished demo: the workload's size and each policy's result.
+
+    Attributes:
+        config: what was run.
+        trace: the replayed trace.
+        capacity_bytes: capacity the workers contributed.
+        live_peak_bytes: bytes of live conversations' contexts at the busiest step (see
+            :func:`in_progress_pages`).
+        policies: results, plain first.
+        master: address of the master used.
+        embedded: whether the demo started that master.
+        files: paths written (report, plot, summary).
+        wall_s: wall time of the whole run.
+    """
+
+    config: DemoConfig
+    trace: Trace
+    capacity_bytes: int
+    live_peak_bytes: int
+    policies: list[PolicyResult]
+    master: str
+    embedded: bool
+    files: dict[str, Path] = dataclasses.field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def policy(self, name: str) -> PolicyResult:
+        """The result of the policy called ``name``."""
+        return next(p for p in self.policies if p.name == name)
+
+
+class Progress:
+    """One ``\\r``-redrawn status line on stderr, at most ten times a second."""
+
+    def __init__(self, label: str, total: int, enabled: bool) -> None:
+        self._label, self._total, self._enabled = label, max(total, 1), enabled
+        self._last = 0.0
+
+    def update(self, done: int, result: PolicyResult, force: bool = False) -> None:
+        """Redraw for ``done`` steps of ``total``."""
+        now = time.monotonic()
+        if not self._enabled or (not force and now - self._last < 0.1):
+            return
+        self._last = now
+        share = min(done / self._total, 1.0)
+        bar = "#" * int(share * 30)
+        sys.stderr.write(
+            f"\r  {self._label:<9}[{bar:<30}] {share:4.0%}  turns {result.turns:>5}  "
+            f"hit {result.hit_rate:4.0%}  live hit {result.live_hit_rate:4.0%} "
+        )
+        sys.stderr.flush()
+
+    def finish(self, result: PolicyResult) -> None:
+        """Draw the final state and end the line."""
+        if self._enabled:
+            self.update(self._total, result, force=True)
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _stats(master: MasterClient) -> dict[str, int]:
+    return {name: int(value) for name, value in master.get_stats().items()}
+
+
+def _wait_drained(master: MasterClient, baseline: Mapping[str, int], timeout_s: float) -> None:
+    """Wait until the store holds no more than before the run (leases delay frees)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _stats(master)["allocated_bytes"] <= baseline.get("allocated_bytes", 0):
+            return
+        time.sleep(0.1)
+
+
+def replay(
+    pool: WorkerPool,
+    master: MasterClient,
+    trace: Trace,
+    policy: Policy,
+    config: DemoConfig,
+    capacity_bytes: int,
+) -> PolicyResult:
+    """Replay ``trace`` under ``policy``; returns what it measured.
+
+    Raises:
+        DemoError: a worker failed or read a wrong page.
+    """
+    reusable = reusable_prefix(trace, config.step_s)
+    system_pages = len(trace.system)
+    workers = trace.config.workers
+    steps = int((trace.end_time + config.abandon_after_s) // config.step_s) + 2
+    result = PolicyResult(name=policy.name, capacity_bytes=capacity_bytes)
+    progress = Progress(policy.name, steps, config.progress)
+    before = _stats(master)
+    started = time.monotonic()
+    next_turn = 0
+    for step in range(steps):
+        now = step * config.step_s
+        result.start_step(now)
+        jobs: list[list[Job]] = [[] for _ in range(workers)]
+        served: list[list[int | None]] = [[] for _ in range(workers)]
+        for worker, job in policy.due(now):
+            jobs[worker].append(job)
+            served[worker].append(None)
+        while next_turn < len(trace.turns) and trace.turns[next_turn].time < now + config.step_s:
+            turn = trace.turns[next_turn]
+            jobs[turn.worker].append(policy.job_for(turn))
+            served[turn.worker].append(next_turn)
+            next_turn += 1
+        for rank, outcomes in enumerate(pool.dispatch(jobs)):
+            for index, outcome in zip(served[rank], outcomes, strict=True):
+                if index is None:
+                    assert isinstance(outcome, SessionOutcome)
+                    result.sessions_gone += int(not outcome.applied)
+                    continue
+                assert isinstance(outcome, TurnOutcome)
+                turn = trace.turns[index]
+                follow_up = turn.index > 0 and not turn.compact
+                result.add_turn(
+                    reusable[index], system_pages, follow_up, outcome.loaded, outcome.save
+                )
+        stats = _stats(master)
+        result.occupancy.append(stats["allocated_bytes"] / max(stats["capacity_bytes"], 1))
+        progress.update(step + 1, result)
+    result.wall_s = time.monotonic() - started
+    result.add_store_deltas(before, _stats(master))
+    result.session_calls = policy.counts()
+    progress.finish(result)
+    return result
+
+
+def _start_master(config: DemoConfig) -> tuple[InProcessMaster | None, str]:
+    if config.master is not None:
+        return None, config.master
+    master = InProcessMaster(default_kv_lease_ttl=config.lease_ms).start()
+    return master, master.address
+
+
+def _replay_policies(
+    config: DemoConfig, trace: Trace, capacity: int, address: str, run_id: str
+) -> list[PolicyResult]:
+    """Start the workers on ``address`` and replay ``trace`` under each policy."""
+    with contextlib.ExitStack() as cleanup:
+        stats_client = MasterClient(address, token=os.environ.get("MOONCAKE_AUTH_TOKEN", ""))
+        cleanup.callback(stats_client.close)
+        try:
+            baseline = _stats(stats_client)
+        except MooncakeError as exc:
+            raise MasterUnreachableError(f"cannot reach the master at {address}: {exc}") from exc
+        specs = [
+            WorkerSpec(
+                rank=rank,
+                master=address,
+                segment_bytes=capacity // config.trace.workers,
+                page_bytes=config.page_bytes,
+                max_pages=trace.max_pages,
+                model=config.model,
+                key_prefix=run_id,
+            )
+            for rank in range(config.trace.workers)
+        ]
+        pool = WorkerPool(specs)
+        cleanup.callback(pool.stop)
+        results: list[PolicyResult] = []
+        for policy in (
+            PlainPolicy(),
+            SessionPolicy(run_id, config.pin_idle_s, config.abandon_after_s),
+        ):
+            results.append(replay(pool, stats_client, trace, policy, config, capacity))
+            pool.dispatch([[CleanupJob(run_id)]])
+            # Removed keys free their memory once their read leases end (the embedded
+            # master's are short; a deployment's may last seconds).
+            _wait_drained(stats_client, baseline, timeout_s=15.0)
+        return results
+
+
+def run(config: DemoConfig) -> DemoResult:
+    """Run the demo: both policies on one trace; writes the report, plot and summary.
+
+    Workers are spawned processes: a script calling this must do so under
+    ``if __name__ == "__main__":``.
+
+    Returns:
+        The result, with ``files`` naming what was written in ``config.out_dir``.
+
+    Raises:
+        DemoError: the master or a worker failed, or a page read back held wrong bytes.
+    """
+    from mooncake_py.demo.report import write_outputs  # matplotlib is loaded only here
+
+    started = time.monotonic()
+    trace = generate(config.trace)
+    capacity = config.capacity_bytes(trace)
+    run_id = f"demo-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    embedded, address = _start_master(config)
+    try:
+        results = _replay_policies(config, trace, capacity, address, run_id)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    result = DemoResult(
+        config=config,
+        trace=trace,
+        capacity_bytes=capacity,
+        live_peak_bytes=max(in_progress_pages(trace, config.step_s)) * config.page_bytes,
+        policies=results,
+        master=address,
+        embedded=embedded is not None,
+    )
+    result.wall_s = time.monotonic() - started
+    result.files = write_outputs(result)
+    return result
+
+
+__all__ = ["DemoConfig", "DemoError", "DemoResult", "MasterUnreachableError", "run"]

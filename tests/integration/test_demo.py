@@ -1,0 +1,125 @@
+"""The demo end to end: quick mode (embedded master, two worker processes), the demo against an
+existing master, and its self-check of the bytes it reads back."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mooncake_py.demo.cli import add_demo_subcommand, config_from_args, main, run_from_args
+from mooncake_py.demo.report import PLOT_NAME, REPORT_NAME, SUMMARY_NAME
+from mooncake_py.demo.worker import (
+    EngineWorker,
+    TurnJob,
+    VerificationError,
+    WorkerSpec,
+    page_content,
+)
+from mooncake_py.testing import InProcessMaster
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _policies(out: Path) -> dict[str, dict[str, float]]:
+    summary = json.loads((out / SUMMARY_NAME).read_text())
+    return {p["name"]: p for p in summary["policies"]}
+
+
+def test_quick_demo_sessions_beat_plain_lru(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:  # type: ignore[type-arg]
+    assert main(["--quick", "--no-progress", "--out", str(tmp_path)]) == 0
+    policies = _policies(tmp_path)
+    plain, sessions = policies["plain"], policies["sessions"]
+    # Same trace, both replayed in full, every loaded page verified.
+    assert plain["turns"] == sessions["turns"] > 500
+    assert plain["reusable"] == sessions["reusable"]
+    assert plain["verified_pages"] > 0 and sessions["verified_pages"] > 0
+    # What sessions buy: live conversations find their context far more often...
+    assert sessions["live_hit_rate"] > plain["live_hit_rate"] + 0.05
+    assert sessions["pages_recomputed"] < plain["pages_recomputed"]
+    # ...because the plain run's store had no other way to tell live pages from dead ones.
+    assert plain["evicted_ordinary"] > 0 and plain["evicted_soft_pinned"] == 0
+    assert plain["bytes_released"] == 0 and sessions["bytes_released"] > 0
+    assert sessions["session_calls"]["release"] > 0 and sessions["session_calls"]["close"] > 0
+    assert (tmp_path / PLOT_NAME).read_bytes().startswith(PNG_MAGIC)
+    report = (tmp_path / REPORT_NAME).read_text()
+    assert "| sessions |" in report and f"]({PLOT_NAME})" in report
+    printed = capsys.readouterr().out
+    assert "live hit rate" in printed and "sessions" in printed
+
+
+def test_demo_against_an_existing_master(tmp_path: Path) -> None:
+    # Short read leases: the demo waits for the removed keys' leases before the second policy.
+    with InProcessMaster(default_kv_lease_ttl=200) as master:
+        _run_against(master, tmp_path)
+
+
+def _run_against(master: InProcessMaster, tmp_path: Path) -> None:
+    args = ["--master", master.address, "--no-progress", "--out", str(tmp_path)]
+    args += ["--conversations", "12", "--window", "30", "--max-turns", "3"]
+    args += [
+        "--think-median",
+        "8",
+        "--think-max",
+        "20",
+        "--pin-idle",
+        "20",
+        "--abandon-after",
+        "25",
+    ]
+    assert main(args) == 0
+    summary = json.loads((tmp_path / SUMMARY_NAME).read_text())
+    assert summary["master"] == master.address and summary["embedded_master"] is False
+    assert all(p["turns"] > 12 for p in summary["policies"])
+    # The demo cleans up after itself: no key and no session of the run is left behind.
+    stats = master.service.stats()
+    assert stats["objects"] == 0 and stats["sessions"] == 0
+
+
+def test_unreachable_master_fails_with_a_nonzero_exit(tmp_path: Path) -> None:
+    assert main(["--master", "127.0.0.1:1", "--quick", "--out", str(tmp_path)]) == 3
+    assert main(["--capacity-ratio", "-1", "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / SUMMARY_NAME).exists()
+
+
+def test_a_page_with_wrong_bytes_fails_the_turn() -> None:
+    page = 4096
+    with InProcessMaster(default_kv_lease_ttl=50) as master:
+        spec = WorkerSpec(0, master.address, 1 << 20, page, 8, "org/model", "verify-test")
+        worker = EngineWorker(spec)
+        try:
+            job = TurnJob(prompt=("a" * 64, "b" * 64), reply=("c" * 64,))
+            first = worker.turn(job)
+            assert (first.loaded, first.save.written) == (0, 3)
+            assert worker.turn(job).loaded == 2
+            assert page_content("b" * 64, page) != page_content("a" * 64, page)
+            time.sleep(0.1)  # the probe's read lease ends, so the object may be replaced
+            key = worker.connector.keys.key("b" * 64)
+            assert worker.store.upsert(key, page_content("a" * 64, page)) == 0
+            with pytest.raises(VerificationError, match="wrong bytes"):
+                worker.turn(job)
+        finally:
+            worker.close()
+
+
+def test_cli_registration_for_the_ops_cli() -> None:
+    # The ops CLI's shape: a global --master that always has a value, register(commands, parents).
+    parser = argparse.ArgumentParser(prog="mooncake-py")
+    parser.add_argument("--master", default="127.0.0.1:50051")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_demo_subcommand(commands, None)
+    args = parser.parse_args(["demo", "--quick", "--seed", "3", "--capacity-mib", "64"])
+    assert args.handler is run_from_args
+    config = config_from_args(args)
+    assert (config.trace.seed, config.trace.conversations, config.capacity_mib) == (3, 150, 64)
+    assert config.master is None and config.out_dir == Path("demo-output")  # embedded master
+    assert args.master == "127.0.0.1:50051"  # the global option is left alone
+    explicit = parser.parse_args(["demo", "--master", "10.0.0.1:50051"])
+    assert config_from_args(explicit).master == "10.0.0.1:50051"
+    # The ops CLI hands its handlers a context holding the arguments.
+    bad = parser.parse_args(["demo", "--pin-idle", "500"])
+    assert run_from_args(SimpleNamespace(args=bad)) == 2
