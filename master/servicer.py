@@ -66,6 +66,12 @@ def _status_failure(_: Any) -> pb.StatusResponse:
     return pb.StatusResponse(code=_INTERNAL)
 
 
+def _batch_start_failure(request: Any) -> pb.BatchPutStartResponse:
+    return pb.BatchPutStartResponse(
+        results=[pb.PutStartResponse(code=_INTERNAL)] * len(request.keys)
+    )
+
+
 def _batch_failure(request: Any) -> pb.BatchStatusResponse:
     return pb.BatchStatusResponse(codes=[_INTERNAL] * len(request.keys))
 
@@ -214,57 +220,44 @@ class MasterServicer:
 
     # -- write path ------------------------------------------------------------------------
 
-    @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
-    def PutStart(self, request: pb.PutStartRequest) -> pb.PutStartResponse:
-        result = self._service.put_start(
-            request.client_id,
-            request.tenant_id,
-            request.key,
-            request.value_length,
-            decode_config(request.config),
+    def _start(
+        self, put: pb.PutStartRequest, tags: list[Any] | None, start: Any
+    ) -> pb.PutStartResponse:
+        """Any single-key put or upsert start; ``tags`` only for the tagged RPCs."""
+        config = decode_config(put.config)
+        if tags is not None:
+            config.kv_sessions = [list(t.session_ids) for t in tags]
+        return encode_put_start(
+            start(put.client_id, put.tenant_id, put.key, put.value_length, config)
         )
-        return encode_put_start(result)
 
-    @_guarded(
-        lambda r: pb.BatchPutStartResponse(
-            results=[pb.PutStartResponse(code=_INTERNAL)] * len(r.keys)
-        )
-    )
-    def BatchPutStart(self, request: pb.BatchPutStartRequest) -> pb.BatchPutStartResponse:
-        results = self._service.batch_put_start(
-            request.client_id,
-            request.tenant_id,
-            list(request.keys),
-            list(request.value_lengths),
-            decode_config(request.config),
+    def _start_batch(
+        self, put: pb.BatchPutStartRequest, tags: list[Any] | None, start: Any
+    ) -> pb.BatchPutStartResponse:
+        """Any batch put or upsert start; ``tags`` only for the tagged RPCs."""
+        config = decode_config(put.config)
+        if tags is not None:
+            config.kv_sessions = [list(t.session_ids) for t in tags]
+        results = start(
+            put.client_id, put.tenant_id, list(put.keys), list(put.value_lengths), config
         )
         return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
+
+    @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
+    def PutStart(self, request: pb.PutStartRequest) -> pb.PutStartResponse:
+        return self._start(request, None, self._service.put_start)
+
+    @_guarded(_batch_start_failure)
+    def BatchPutStart(self, request: pb.BatchPutStartRequest) -> pb.BatchPutStartResponse:
+        return self._start_batch(request, None, self._service.batch_put_start)
 
     @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
     def UpsertStart(self, request: pb.PutStartRequest) -> pb.PutStartResponse:
-        result = self._service.upsert_start(
-            request.client_id,
-            request.tenant_id,
-            request.key,
-            request.value_length,
-            decode_config(request.config),
-        )
-        return encode_put_start(result)
+        return self._start(request, None, self._service.upsert_start)
 
-    @_guarded(
-        lambda r: pb.BatchPutStartResponse(
-            results=[pb.PutStartResponse(code=_INTERNAL)] * len(r.keys)
-        )
-    )
+    @_guarded(_batch_start_failure)
     def BatchUpsertStart(self, request: pb.BatchPutStartRequest) -> pb.BatchPutStartResponse:
-        results = self._service.batch_upsert_start(
-            request.client_id,
-            request.tenant_id,
-            list(request.keys),
-            list(request.value_lengths),
-            decode_config(request.config),
-        )
-        return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
+        return self._start_batch(request, None, self._service.batch_upsert_start)
 
     @_guarded(_status_failure)
     def PutEnd(self, request: pb.KeyRequest) -> pb.StatusResponse:
@@ -292,62 +285,31 @@ class MasterServicer:
 
     # -- tagged writes and sessions --------------------------------------------------------
 
-    def _tagged_config(self, config: pb.ReplicateConfig, tags: list[Any]) -> ReplicateConfig:
-        typed = decode_config(config)
-        typed.kv_sessions = [list(t.session_ids) for t in tags]
-        return typed
-
     @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
     def PutStartWithKvSessions(
         self, request: pb.PutStartWithKvSessionsRequest
     ) -> pb.PutStartResponse:
-        put = request.put
-        config = self._tagged_config(put.config, [request.kv_sessions])
-        result = self._service.put_start(
-            put.client_id, put.tenant_id, put.key, put.value_length, config
-        )
-        return encode_put_start(result)
+        return self._start(request.put, [request.kv_sessions], self._service.put_start)
 
     @_guarded(lambda _: pb.PutStartResponse(code=_INTERNAL))
     def UpsertStartWithKvSessions(
         self, request: pb.PutStartWithKvSessionsRequest
     ) -> pb.PutStartResponse:
-        put = request.put
-        config = self._tagged_config(put.config, [request.kv_sessions])
-        result = self._service.upsert_start(
-            put.client_id, put.tenant_id, put.key, put.value_length, config
-        )
-        return encode_put_start(result)
+        return self._start(request.put, [request.kv_sessions], self._service.upsert_start)
 
-    @_guarded(
-        lambda r: pb.BatchPutStartResponse(
-            results=[pb.PutStartResponse(code=_INTERNAL)] * len(r.put.keys)
-        )
-    )
+    @_guarded(lambda r: _batch_start_failure(r.put))
     def BatchPutStartWithKvSessions(
         self, request: pb.BatchPutStartWithKvSessionsRequest
     ) -> pb.BatchPutStartResponse:
-        return self._batch_tagged(request, self._service.batch_put_start)
+        tags = list(request.kv_sessions)
+        return self._start_batch(request.put, tags, self._service.batch_put_start)
 
-    @_guarded(
-        lambda r: pb.BatchPutStartResponse(
-            results=[pb.PutStartResponse(code=_INTERNAL)] * len(r.put.keys)
-        )
-    )
+    @_guarded(lambda r: _batch_start_failure(r.put))
     def BatchUpsertStartWithKvSessions(
         self, request: pb.BatchPutStartWithKvSessionsRequest
     ) -> pb.BatchPutStartResponse:
-        return self._batch_tagged(request, self._service.batch_upsert_start)
-
-    def _batch_tagged(
-        self, request: pb.BatchPutStartWithKvSessionsRequest, start: Any
-    ) -> pb.BatchPutStartResponse:
-        put = request.put
-        config = self._tagged_config(put.config, list(request.kv_sessions))
-        results = start(
-            put.client_id, put.tenant_id, list(put.keys), list(put.value_lengths), config
-        )
-        return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
+        tags = list(request.kv_sessions)
+        return self._start_batch(request.put, tags, self._service.batch_upsert_start)
 
     @_guarded(lambda r: pb.BatchStatusResponse(codes=[_INTERNAL] * len(r.keys)))
     def AttachKvSession(self, request: pb.AttachKvSessionRequest) -> pb.BatchStatusResponse:
