@@ -76,6 +76,9 @@ class ObjectMetadata:
     group_id: str = ""
     # KV sessions holding this object (None rather than an empty set: most objects have none).
     sessions: set[Any] | None = None
+    # Whether a replica is COMPLETE, kept by ObjectTable on every replica change: the hot
+    # lookup paths test it per key.
+    readable: bool = False
     # Bytes this object contributes to each of its sessions' accounting (size x replicas when
     # last reweighed); meaningful only while ``sessions`` is set.
     session_weight: int = 0
@@ -94,12 +97,8 @@ class ObjectMetadata:
         return [r for r in self.replicas if r.status == ReplicaStatus.PROCESSING]
 
     def is_readable(self) -> bool:
-        """True when at least one replica is COMPLETE."""
-        # A plain loop: this runs per key on every lookup, and any() adds a generator.
-        for replica in self.replicas:  # noqa: SIM110
-            if replica.status is ReplicaStatus.COMPLETE:
-                return True
-        return False
+        """True when at least one replica is COMPLETE. O(1)."""
+        return self.readable
 
     def is_writing(self) -> bool:
         """True when a write to some replica is in flight."""
@@ -219,6 +218,8 @@ class ObjectTable:
         return iter(list(self._processing.items()))
 
     def _refresh_processing(self, meta: ObjectMetadata) -> None:
+        """Re-derive what depends on replica states: the processing index and ``readable``."""
+        meta.readable = any(r.status is ReplicaStatus.COMPLETE for r in meta.replicas)
         oid = meta.object_id
         if meta.is_writing():
             if oid not in self._processing:
@@ -257,6 +258,8 @@ class ObjectTable:
                 expected_segments.setdefault(replica.segment_id, set()).add(oid)
             if meta.is_writing():
                 expected_processing.add(oid)
+            if meta.readable != any(r.status is ReplicaStatus.COMPLETE for r in meta.replicas):
+                raise AssertionError(f"object {oid!r} readable flag is stale")
         actual_segments = {s: set(v) for s, v in self._by_segment.items()}
         if actual_segments != expected_segments:
             raise AssertionError("segment index disagrees with replicas")

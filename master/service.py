@@ -369,16 +369,23 @@ class MasterService(SessionOps, ReleaseOps):
         invalid = int(ErrorCode.INVALID_PARAMS)
         lookup = self._objects.get
         grant = self._state.grant_lease
+        ttl = self._state.lease_ttl_s
         with self._lock:
             now = self._clock()
+            # Leases with over half their TTL left only get extended (see grant_lease).
+            fresh_after, renewed = now + ttl / 2, now + ttl
             for key in keys:
                 meta = lookup((resolved, key))
-                if meta is not None and meta.is_readable():
-                    grant(meta, now)
-                    append(1)
-                else:
+                if meta is None or not meta.readable:
                     # Stored keys were valid when written; only misses need the check.
                     append(0 if valid_key(key) else invalid)
+                elif meta.lease_timeout > fresh_after and not meta.group_id:
+                    if renewed > meta.lease_timeout:
+                        meta.lease_timeout = renewed
+                    append(1)
+                else:
+                    grant(meta, now)
+                    append(1)
         return results
 
     # ------------------------------------------------------------------------------------------
