@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,15 @@ MEMMOVE_MIN_BYTES = 64 * 1024
 PARALLEL_COPY_MIN_BYTES = 4 * 1024 * 1024
 _copy_helper: concurrent.futures.ThreadPoolExecutor | None = None
 _copy_helper_lock = threading.Lock()
+
+
+def _forget_helper() -> None:
+    # A forked child inherits the executor but not its thread: start a fresh one on demand.
+    global _copy_helper
+    _copy_helper = None
+
+
+os.register_at_fork(after_in_child=_forget_helper)
 
 
 def _helper() -> concurrent.futures.ThreadPoolExecutor:
