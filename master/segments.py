@@ -132,10 +132,6 @@ class SegmentManager:
         """Total bytes of every mounted segment."""
         return sum(m.info.size for m in self._segments.values())
 
-    def largest_segment_bytes(self) -> int:
-        """Usable bytes of the largest mounted segment (0 with none)."""
-        return max((m.allocator.usable_capacity for m in self._segments.values()), default=0)
-
     def used_bytes(self) -> int:
         """Bytes currently allocated across every mounted segment."""
         return sum(m.allocator.used_bytes for m in self._segments.values())
