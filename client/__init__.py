@@ -1,7 +1,7 @@
 """The mooncake-py client: segment hosting, the data plane, and the drop-in store API."""
 
-from mooncake_py.client.async_store import AsyncMooncakeStore
-from mooncake_py.client.config import ClientConfig
-from mooncake_py.client.store import MooncakeDistributedStore
+from .compat import MooncakeDistributedStore
+from .compat_async import AsyncMooncakeStore
+from .config import ClientConfig
 
 __all__ = ["AsyncMooncakeStore", "ClientConfig", "MooncakeDistributedStore"]

@@ -23,14 +23,15 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from mooncake_py.client.config import ClientConfig
-from mooncake_py.client.data_plane import DataPlane, ReadItem, WriteItem
-from mooncake_py.client.heartbeat import Heartbeat
-from mooncake_py.client.master_client import MasterClient
-from mooncake_py.client.segment import LocalSegment, host_id, remove_stale_segment_files
-from mooncake_py.client.transfer import TransferServer
 from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import PutStartResult, ReplicaListResult, ReplicateConfig, SegmentInfo
+
+from .config import ClientConfig
+from .data_plane import DataPlane, ReadItem, WriteItem
+from .heartbeat import Heartbeat
+from .master_rpc import MasterClient
+from .segment import LocalSegment, host_id, remove_stale_segment_files
+from .transfer import TransferServer
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mooncake_py.client.segment import LocalSegment, MappedFile, PeerMappings
-from mooncake_py.client.transfer import OP_READ, OP_WRITE, TransferClient, TransferOp
 from mooncake_py.errors import ErrorCode, TransferError
 from mooncake_py.types import ReplicaDescriptor
+
+from .segment import LocalSegment, MappedFile, PeerMappings
+from .transfer import OP_READ, OP_WRITE, TransferClient, TransferOp
 
 # Below this, a slice assignment is as fast as anything else.
 MEMMOVE_MIN_BYTES = 64 * 1024

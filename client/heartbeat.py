@@ -11,9 +11,10 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from mooncake_py.client.master_client import MasterClient
 from mooncake_py.errors import MooncakeError
 from mooncake_py.types import ClientStatus, SegmentInfo
+
+from .master_rpc import MasterClient
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mooncake_py.client.core import ClientCore
 from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import KvSessionInfo, KvSessionPage, ReleaseResult
+
+from .core import ClientCore
 
 
 def _raise_unless_ok(code: int, session_id: str) -> int:

@@ -8,8 +8,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from mooncake_py.master.config import ConfigError, parse_args
-from mooncake_py.master.server import MasterServer
+from .config import ConfigError, parse_args
+from .server import MasterServer
 
 
 async def _serve(server: MasterServer) -> None:

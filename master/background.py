@@ -11,8 +11,8 @@ import gc
 import logging
 from collections.abc import Callable
 
-from mooncake_py.master.clock import monotonic_clock
-from mooncake_py.master.service import MasterService
+from .clock import monotonic_clock
+from .service.facade import MasterService
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mooncake_py.master.service import SERVICE_VERSION, MasterService
+from .service.facade import SERVICE_VERSION, MasterService
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

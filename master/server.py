@@ -11,14 +11,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
-from mooncake_py.master.auth import TokenAuthority
-from mooncake_py.master.background import BackgroundLoops
-from mooncake_py.master.channel import StreamChannel, start_channel
-from mooncake_py.master.clock import monotonic_clock
-from mooncake_py.master.config import MasterConfig
-from mooncake_py.master.metrics import MetricsServer
-from mooncake_py.master.service import MasterService
-from mooncake_py.master.servicer import add_to_server, method_table
+from .background import BackgroundLoops
+from .clock import monotonic_clock
+from .config import MasterConfig
+from .metrics import MetricsServer
+from .service.facade import MasterService
+from .transport.auth import TokenAuthority
+from .transport.handlers import add_to_server, method_table
+from .transport.stream import StreamChannel, start_channel
 
 log = logging.getLogger(__name__)
 

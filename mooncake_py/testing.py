@@ -20,7 +20,7 @@ from typing import Any
 from mooncake_py.master.clock import monotonic_clock
 from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.server import MasterServer
-from mooncake_py.master.service import MasterService
+from mooncake_py.master.service.facade import MasterService
 
 
 class InProcessMaster:

@@ -206,3 +206,14 @@ class ReplicaListResult:
     replicas: tuple[ReplicaDescriptor, ...] = ()
     lease_ttl_ms: int = 0
     size: int = 0
+
+
+def valid_tenant_id(tenant: str) -> bool:
+    """True for a usable tenant id: non-empty, not starting with ``_`` (reserved), and free of
+    control characters (below 32, and DEL). The one rule for the master's requests, its tokens
+    file and the client's configuration."""
+    return (
+        bool(tenant)
+        and not tenant.startswith("_")
+        and not any(ord(c) < 32 or ord(c) == 127 for c in tenant)
+    )

@@ -9,17 +9,48 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
-from mooncake_py.client.master_client import MasterClient
-from mooncake_py.master.servicer import MasterServicer, service_descriptor_methods
+from mooncake_py.client.master_rpc import MasterClient
+from mooncake_py.master.transport.handlers import MasterServicer, service_descriptor_methods
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_symlinks_map_master_and_client_into_the_package() -> None:
-    for name in ("master", "client"):
-        link = ROOT / "mooncake_py" / name
-        assert link.is_symlink() and link.resolve() == (ROOT / name).resolve()
+def _tracked_files() -> list[Path]:
+    listing = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return [ROOT / name for name in listing.stdout.split("\0") if name]
+
+
+def test_no_symlinks_and_every_package_is_mapped() -> None:
+    assert [p for p in _tracked_files() if p.is_symlink()] == []
+    declared = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = set()
+    for top, installed in (
+        ("mooncake_py", "mooncake_py"),
+        ("master", "mooncake_py.master"),
+        ("client", "mooncake_py.client"),
+    ):
+        for init in (ROOT / top).rglob("__init__.py"):
+            parts = init.parent.relative_to(ROOT / top).parts
+            found.add(".".join((installed, *parts)))
+    assert found == declared
+
+
+def test_master_and_client_import_themselves_relatively() -> None:
+    offenders = []
+    for top in ("master", "client"):
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                absolute = isinstance(node, ast.ImportFrom) and node.level == 0
+                module = getattr(node, "module", None) or ""
+                if absolute and module.startswith((f"mooncake_py.{top}", top)):
+                    offenders.append(f"{path.relative_to(ROOT)}: {module}")
+    assert offenders == []
 
 
 def test_generated_protobuf_code_is_fresh() -> None:
@@ -33,10 +64,10 @@ def test_generated_protobuf_code_is_fresh() -> None:
 
 
 def test_only_the_boundary_modules_import_generated_code() -> None:
-    allowed = {ROOT / "master" / "servicer.py", ROOT / "client" / "master_client.py"}
+    allowed = {ROOT / "master" / "transport" / "handlers.py", ROOT / "client" / "master_rpc.py"}
     offenders = []
     for path in [
-        *ROOT.glob("master/*.py"),
+        *ROOT.glob("master/**/*.py"),
         *ROOT.glob("client/*.py"),
         *ROOT.glob("mooncake_py/*.py"),
     ]:
@@ -97,5 +128,6 @@ def test_wheel_ships_only_mooncake_py(tmp_path: Path) -> None:
     packages = {t for t in tops if not t.endswith((".dist-info", ".data"))}
     assert packages == {"mooncake_py"}
     names = zipfile.ZipFile(wheel).namelist()
-    assert "mooncake_py/master/service.py" in names and "mooncake_py/client/store.py" in names
+    assert "mooncake_py/master/service/facade.py" in names
+    assert "mooncake_py/client/compat.py" in names
     assert "mooncake_py/_proto/master_pb2.py" in names

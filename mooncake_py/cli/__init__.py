@@ -1,9 +1,9 @@
 """``mooncake-py``: the operators' command line for a running mooncake-py store.
 
-One module per command group (:mod:`~mooncake_py.cli.sessions`, :mod:`~mooncake_py.cli.admin`);
-each exposes ``register(commands, parents)``, which adds its subcommands and sets a ``handler``
-taking a :class:`~mooncake_py.cli.common.Context` and returning the exit code. New groups are
-added to :data:`GROUPS`.
+One module per command group (:mod:`~mooncake_py.cli.session_commands`,
+:mod:`~mooncake_py.cli.admin_commands`); each exposes ``register(commands, parents)``, which
+adds its subcommands and sets a ``handler`` taking a :class:`~mooncake_py.cli.common.Context`
+and returning the exit code. New groups are added to :data:`GROUPS`.
 
 Exit codes: 0 ok; 1 aborted or not confirmed; 2 usage error; 3 master unreachable; 4 unknown
 session or key; 5 permission denied or unauthenticated; 6 any other store error.
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from mooncake_py import __version__
-from mooncake_py.cli import admin, sessions
+from mooncake_py.cli import admin_commands, session_commands
 from mooncake_py.cli.common import (
     EXIT_ABORTED,
     EXIT_DENIED,
@@ -42,7 +42,11 @@ from mooncake_py.errors import (
 PROG = "mooncake-py"
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", CommonParents], None]
-GROUPS: tuple[Register, ...] = (sessions.register, admin.register, add_demo_subcommand)
+GROUPS: tuple[Register, ...] = (
+    session_commands.register,
+    admin_commands.register,
+    add_demo_subcommand,
+)
 
 _EPILOG = """\
 Global options may also follow the command. Destructive commands (close, release,

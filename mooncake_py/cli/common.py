@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 
 from mooncake_py.cli.output import OutputOptions, UsageError, parse_duration
-from mooncake_py.client.master_client import MasterClient
+from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.errors import ErrorCode
 
 EXIT_OK = 0

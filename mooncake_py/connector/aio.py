@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from mooncake_py.client.async_store import AsyncMooncakeStore
+from mooncake_py.client.compat_async import AsyncMooncakeStore
 from mooncake_py.connector.core import ConnectorBase, Stepper, Steps
 from mooncake_py.connector.planning import Buffer, Page, SaveResult
 from mooncake_py.types import ReleaseResult

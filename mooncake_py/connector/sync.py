@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from mooncake_py.client.store import MooncakeDistributedStore
+from mooncake_py.client.compat import MooncakeDistributedStore
 from mooncake_py.connector.core import ConnectorBase, Stepper, Steps
 from mooncake_py.connector.planning import Buffer, Page, SaveResult
 from mooncake_py.types import ReleaseResult

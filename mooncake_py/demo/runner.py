@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from mooncake_py.client.master_client import MasterClient
+from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.demo.metrics import PolicyResult
 from mooncake_py.demo.policy import PlainPolicy, Policy, SessionPolicy
 from mooncake_py.demo.pool import DemoError, WorkerPool

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mooncake_py.client.store import MooncakeDistributedStore
+from mooncake_py.client.compat import MooncakeDistributedStore
 from mooncake_py.connector import Buffer, KVConnector, Page, PageKeys, SaveResult
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import ReleaseResult

@@ -26,7 +26,7 @@ import sys
 import time
 
 from mooncake_py import MooncakeDistributedStore, ReplicateConfig
-from mooncake_py.client.master_client import MasterClient
+from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.testing import InProcessMaster, MasterProcess
 
 BATCH = 1000

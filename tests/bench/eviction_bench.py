@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.master.config import MasterConfig
-from mooncake_py.master.service import MasterService
+from mooncake_py.master.service.facade import MasterService
 from mooncake_py.types import ReplicateConfig, SegmentInfo, SoftPinAction
 
 BATCH = 10_000

@@ -66,7 +66,7 @@ from mooncake_py import MooncakeDistributedStore, ReplicateConfig
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.master.config import MasterConfig
-from mooncake_py.master.service import MasterService
+from mooncake_py.master.service.facade import MasterService
 from mooncake_py.testing import MasterProcess
 from mooncake_py.types import SegmentInfo
 from tests.bench.common import ROOT, latency_summary

@@ -1,7 +1,7 @@
 """A store client in its own process, driven by JSON-lines commands on stdin.
 
 Run as ``python -m tests.bench.worker [--impl py|upstream]``: ``py`` drives mooncake-py
-(``mooncake_py.client.store``), ``upstream`` drives upstream Mooncake
+(``mooncake_py.client.compat``), ``upstream`` drives upstream Mooncake
 (``mooncake.store``, run with the interpreter of its own virtual environment). Both classes
 have the same methods, so the same code measures either. The worker prints
 ``{"ready": ..., "versions": ...}`` once imported, then answers each command line with one JSON
@@ -86,7 +86,7 @@ def store_class(impl: str) -> Any:
         from mooncake.store import MooncakeDistributedStore as Upstream  # type: ignore
 
         return Upstream
-    from mooncake_py.client.store import MooncakeDistributedStore
+    from mooncake_py.client.compat import MooncakeDistributedStore
 
     return MooncakeDistributedStore
 

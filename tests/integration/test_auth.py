@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from mooncake_py import ErrorCode, MooncakeDistributedStore, MooncakeError, ReplicateConfig
-from mooncake_py.client.master_client import MasterClient
+from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.errors import AuthenticationError, PermissionDeniedError
 from mooncake_py.testing import InProcessMaster
 

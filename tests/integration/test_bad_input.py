@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mooncake_py import ErrorCode
-from mooncake_py.client.master_client import MasterClient
+from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.client.transfer import OP_READ, OP_WRITE, TransferClient, TransferOp
 from mooncake_py.testing import InProcessMaster, MasterProcess
 from mooncake_py.types import ReplicateConfig, SegmentInfo

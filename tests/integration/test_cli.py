@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mooncake_py import MooncakeDistributedStore, ObjectDataType, ReplicateConfig
-from mooncake_py.client.master_client import MasterClient
+from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.testing import MasterProcess
 
 MASTER_FLAGS = ["--metrics_port", "-1", "--default_kv_lease_ttl", "0"]

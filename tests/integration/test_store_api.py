@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from mooncake_py import AsyncMooncakeStore, ErrorCode, MooncakeDistributedStore, MooncakeError
-from mooncake_py.client.master_client import MasterClient
+from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.testing import InProcessMaster
 from mooncake_py.types import ReplicateConfig

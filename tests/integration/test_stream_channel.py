@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from mooncake_py import ErrorCode, MooncakeDistributedStore
-from mooncake_py.client.channel_client import ChannelClient, ChannelError
-from mooncake_py.client.master_client import MasterClient
+from mooncake_py.client.master_rpc import MasterClient
+from mooncake_py.client.stream_client import ChannelClient, ChannelError
 from mooncake_py.testing import InProcessMaster
 
 HEADER = struct.Struct("<IIB")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mooncake_py.master.allocator import OffsetAllocator
+from mooncake_py.master.state.allocator import OffsetAllocator
 
 OPS = 5000
 CHECK_EVERY = 1

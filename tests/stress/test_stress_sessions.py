@@ -37,8 +37,8 @@ import pytest
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.master.config import MasterConfig
-from mooncake_py.master.metadata import ObjectMetadata
-from mooncake_py.master.service import MasterService
+from mooncake_py.master.service.facade import MasterService
+from mooncake_py.master.state.objects import ObjectMetadata
 from mooncake_py.types import ReplicateConfig, SegmentInfo, SoftPinAction
 
 OPS = 3000

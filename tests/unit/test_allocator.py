@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mooncake_py.master.allocator import OffsetAllocator
+from mooncake_py.master.state.allocator import OffsetAllocator
 
 KIB = 1024
 

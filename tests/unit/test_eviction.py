@@ -22,9 +22,9 @@ import pytest
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.master.config import MasterConfig
-from mooncake_py.master.eviction import LeaseOrderedLRU, Verdict
-from mooncake_py.master.evictor import SLICE_BUDGET, EvictionPass, Evictor
-from mooncake_py.master.service import MasterService
+from mooncake_py.master.service.eviction import SLICE_BUDGET, EvictionPass, Evictor
+from mooncake_py.master.service.facade import MasterService
+from mooncake_py.master.state.lru import LeaseOrderedLRU, Verdict
 from mooncake_py.types import (
     PutStartResult,
     ReplicaStatus,

@@ -22,8 +22,8 @@ import pytest
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.master.config import MasterConfig
-from mooncake_py.master.service import MasterService
-from mooncake_py.master.state import is_soft_pinned
+from mooncake_py.master.service.facade import MasterService
+from mooncake_py.master.state.store import is_soft_pinned
 from mooncake_py.types import (
     KvSessionInfo,
     PutStartResult,

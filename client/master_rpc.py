@@ -19,12 +19,6 @@ import grpc
 
 from mooncake_py._proto import master_pb2 as pb
 from mooncake_py._proto import master_pb2_grpc as pb_grpc
-from mooncake_py.client.channel_client import (
-    STATUS_PERMISSION_DENIED,
-    STATUS_UNAUTHENTICATED,
-    ChannelClient,
-    ChannelError,
-)
 from mooncake_py.errors import (
     AuthenticationError,
     ErrorCode,
@@ -42,6 +36,13 @@ from mooncake_py.types import (
     ReplicaStatus,
     ReplicateConfig,
     SegmentInfo,
+)
+
+from .stream_client import (
+    STATUS_PERMISSION_DENIED,
+    STATUS_UNAUTHENTICATED,
+    ChannelClient,
+    ChannelError,
 )
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024

@@ -25,10 +25,10 @@ import dataclasses
 import math
 from collections.abc import Hashable, Iterator
 
-from mooncake_py.master.eviction import Verdict
-from mooncake_py.master.metadata import ObjectMetadata
-from mooncake_py.master.segments import Allocation, PlacementRequest
-from mooncake_py.master.state import StoreState, is_soft_pinned
+from ..state.lru import Verdict
+from ..state.objects import ObjectMetadata
+from ..state.segments import Allocation, PlacementRequest
+from ..state.store import StoreState, is_soft_pinned
 
 # Candidates examined per slice: bounds how long one slice holds the service lock.
 SLICE_BUDGET = 512

@@ -1,6 +1,6 @@
 """Release operations of the master service facade: free the memory that sessions hold.
 
-Mixed into :class:`mooncake_py.master.service.MasterService`. ``release_kv_session`` closes a
+Mixed into :class:`mooncake_py.master.service.facade.MasterService`. ``release_kv_session`` closes a
 session and removes the members that nothing else needs: not held by another session, not hard
 pinned, not leased by a reader, not being written. It works in pages, taking the service lock
 per page, so releasing a huge session never stalls other calls for long; freed bytes are the
@@ -14,10 +14,11 @@ import threading
 from collections.abc import Callable
 
 from mooncake_py.errors import ErrorCode
-from mooncake_py.master.metadata import ObjectMetadata
-from mooncake_py.master.sessions import KvSession, valid_session_id
-from mooncake_py.master.state import StoreState, is_soft_pinned
 from mooncake_py.types import ObjectDataType, ReleaseResult
+
+from ..state.objects import ObjectMetadata
+from ..state.session_registry import KvSession, valid_session_id
+from ..state.store import StoreState, is_soft_pinned
 
 RELEASE_PAGE = 256
 KV_CACHE_TYPES = (int(ObjectDataType.KVCACHE), int(ObjectDataType.UNKNOWN))

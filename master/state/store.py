@@ -16,13 +16,14 @@ import heapq
 import itertools
 import random
 
-from mooncake_py.master.config import MasterConfig
-from mooncake_py.master.eviction import LeaseOrderedLRU
-from mooncake_py.master.liveness import ClientRegistry
-from mooncake_py.master.metadata import ObjectId, ObjectMetadata, ObjectTable, Replica
-from mooncake_py.master.segments import SegmentManager
-from mooncake_py.master.sessions import SessionLimits, SessionRegistry, pinned_by_session
 from mooncake_py.types import ReplicaDescriptor, SegmentInfo
+
+from ..config import MasterConfig
+from .clients import ClientRegistry
+from .lru import LeaseOrderedLRU
+from .objects import ObjectId, ObjectMetadata, ObjectTable, Replica
+from .segments import SegmentManager
+from .session_registry import SessionLimits, SessionRegistry, pinned_by_session
 
 
 @dataclasses.dataclass(order=True, slots=True)

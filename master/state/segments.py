@@ -22,8 +22,9 @@ import dataclasses
 import random
 from collections.abc import Iterable
 
-from mooncake_py.master.allocator import OffsetAllocator
 from mooncake_py.types import SegmentInfo
+
+from .allocator import OffsetAllocator
 
 # Upper bound on the names a strategy walks for one object, as upstream's random strategy.
 MAX_PLACEMENT_TRIES = 100

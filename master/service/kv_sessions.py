@@ -1,7 +1,7 @@
 """KV session operations of the master service facade (attach, pin, unpin, update, close,
-get, list keys). Mixed into :class:`mooncake_py.master.service.MasterService`, whose lock and
-state they use; see :mod:`mooncake_py.master.sessions` for the registry and its concurrency
-design.
+get, list keys). Mixed into :class:`mooncake_py.master.service.facade.MasterService`, whose
+lock and state they use; see :mod:`mooncake_py.master.state.session_registry` for the registry
+and its concurrency design.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from mooncake_py.errors import ErrorCode
-from mooncake_py.master.metadata import ObjectMetadata, valid_key
-from mooncake_py.master.sessions import SessionInfo, describe, valid_session_id
-from mooncake_py.master.state import StoreState
 from mooncake_py.types import KvSessionInfo, KvSessionPage
+
+from ..state.objects import ObjectMetadata, valid_key
+from ..state.session_registry import SessionInfo, describe, valid_session_id
+from ..state.store import StoreState
 
 # Members examined per lock hold while updating or closing a session.
 UPDATE_PAGE = 256

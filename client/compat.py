@@ -29,12 +29,13 @@ from typing import Any
 import pyarrow as pa
 from sortedcontainers import SortedDict
 
-from mooncake_py.client.config import ClientConfig
-from mooncake_py.client.core import ClientCore, config_for_keys
-from mooncake_py.client.data_plane import view_of_address
-from mooncake_py.client.sessions import KvSessionMethods
 from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import ReplicateConfig
+
+from .config import ClientConfig
+from .core import ClientCore, config_for_keys
+from .data_plane import view_of_address
+from .sessions import KvSessionMethods
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
 OK = int(ErrorCode.OK)

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from mooncake_py.client.store import MooncakeDistributedStore
+from .compat import MooncakeDistributedStore
 
 # Methods offered as coroutines; the cheap local ones (get_hostname, health_check,
 # register_buffer, unregister_buffer) stay plain methods.

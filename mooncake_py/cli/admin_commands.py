@@ -24,8 +24,8 @@ from mooncake_py.cli.output import (
     emit_record,
     format_size,
 )
-from mooncake_py.cli.sessions import emit_release
-from mooncake_py.client.store import MooncakeDistributedStore
+from mooncake_py.cli.session_commands import emit_release
+from mooncake_py.client.compat import MooncakeDistributedStore
 from mooncake_py.errors import ErrorCode
 
 SEGMENT_COLUMNS = (

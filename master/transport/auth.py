@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
-from mooncake_py.master.config import ConfigError
+from mooncake_py.types import valid_tenant_id
+
+from ..config import ConfigError
 
 BEARER = "bearer "
 
@@ -57,7 +59,7 @@ class TokenAuthority:
         for token, tenant in data.items():
             if not isinstance(token, str) or not token or not isinstance(tenant, str) or not tenant:
                 raise ConfigError(f"auth tokens file {path!r}: bad entry {token!r}: {tenant!r}")
-            if tenant.startswith("_") or any(ord(c) < 32 for c in tenant):
+            if not valid_tenant_id(tenant):
                 raise ConfigError(f"auth tokens file {path!r}: invalid tenant {tenant!r}")
             tokens[token] = tenant
         return cls(tokens)

@@ -32,7 +32,8 @@ from typing import Any
 from sortedcontainers import SortedSet
 
 from mooncake_py.errors import ErrorCode
-from mooncake_py.master.metadata import ObjectMetadata
+
+from .objects import ObjectMetadata
 
 MAX_SESSION_ID_BYTES = 4096
 

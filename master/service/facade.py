@@ -22,22 +22,24 @@ import threading
 from collections.abc import Callable, Sequence
 
 from mooncake_py.errors import ErrorCode
-from mooncake_py.master.clock import monotonic_clock
-from mooncake_py.master.config import MasterConfig
-from mooncake_py.master.evictor import EvictionPass, Evictor
-from mooncake_py.master.metadata import ObjectMetadata, PendingSoftPin, valid_key
-from mooncake_py.master.release import ReleaseOps
-from mooncake_py.master.segments import MountedSegment
-from mooncake_py.master.session_service import SessionOps
-from mooncake_py.master.state import StoreState
-from mooncake_py.master.writes import WritePath
 from mooncake_py.types import (
     ClientStatus,
     PutStartResult,
     ReplicaListResult,
     ReplicateConfig,
     SegmentInfo,
+    valid_tenant_id,
 )
+
+from ..clock import monotonic_clock
+from ..config import MasterConfig
+from ..state.objects import ObjectMetadata, PendingSoftPin, valid_key
+from ..state.segments import MountedSegment
+from ..state.store import StoreState
+from .eviction import EvictionPass, Evictor
+from .kv_sessions import SessionOps
+from .release import ReleaseOps
+from .writes import WritePath
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
 DEFAULT_TENANT = "default"
@@ -563,9 +565,7 @@ class MasterService(SessionOps, ReleaseOps):
             return DEFAULT_TENANT
         if not tenant:
             return DEFAULT_TENANT
-        if tenant.startswith("_") or any(ord(c) < 32 or ord(c) == 127 for c in tenant):
-            return None
-        return tenant
+        return tenant if valid_tenant_id(tenant) else None
 
     def segment_of(self, segment_id: str) -> MountedSegment | None:
         """The mounted segment with this id (for tests and introspection)."""

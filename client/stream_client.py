@@ -1,4 +1,5 @@
-"""Client side of the master's stream channel (framing in :mod:`mooncake_py.master.channel`).
+"""Client side of the master's stream channel
+(framing in :mod:`mooncake_py.master.transport.stream`).
 
 One TCP connection per concurrent caller, kept in a small pool: a call takes a connection,
 sends one frame, reads one frame, and gives the connection back. No extra thread sits between

@@ -14,11 +14,12 @@ Every method here is called by the service facade under its lock, with ``now`` a
 from __future__ import annotations
 
 from mooncake_py.errors import ErrorCode
-from mooncake_py.master.evictor import Evictor
-from mooncake_py.master.metadata import ObjectMetadata, PendingSoftPin, Replica
-from mooncake_py.master.segments import Allocation, PlacementRequest
-from mooncake_py.master.state import StoreState
 from mooncake_py.types import PutStartResult, ReplicaStatus, ReplicateConfig, SoftPinAction
+
+from ..state.objects import ObjectMetadata, PendingSoftPin, Replica
+from ..state.segments import Allocation, PlacementRequest
+from ..state.store import StoreState
+from .eviction import Evictor
 
 
 def placement_request(size: int, config: ReplicateConfig) -> PlacementRequest:

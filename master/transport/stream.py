@@ -16,7 +16,7 @@ closes the connection.
 
 When the master requires tokens, a connection's first frame must be ``Authenticate`` with the
 token as its payload; the connection then acts for that token's tenant (see
-:mod:`mooncake_py.master.auth`) and every other call before it is answered with status 3.
+:mod:`mooncake_py.master.transport.auth`) and every other call before it is answered with status 3.
 
 Handlers run synchronously on the event loop, as the gRPC handlers do.
 """
@@ -30,8 +30,8 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from mooncake_py.master.auth import Denial, TokenAuthority, bind_tenant
-from mooncake_py.master.servicer import Method
+from .auth import Denial, TokenAuthority, bind_tenant
+from .handlers import Method
 
 log = logging.getLogger(__name__)
 

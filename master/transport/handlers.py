@@ -19,9 +19,6 @@ from google.protobuf.message import DecodeError
 
 from mooncake_py._proto import master_pb2 as pb
 from mooncake_py.errors import ErrorCode
-from mooncake_py.master.auth import Denial, TokenAuthority, bind_tenant
-from mooncake_py.master.metrics import RpcCounters
-from mooncake_py.master.service import SERVICE_VERSION, MasterService
 from mooncake_py.types import (
     KvSessionInfo,
     ObjectDataType,
@@ -33,6 +30,10 @@ from mooncake_py.types import (
     SegmentInfo,
     SoftPinAction,
 )
+
+from ..metrics import RpcCounters
+from ..service.facade import SERVICE_VERSION, MasterService
+from .auth import Denial, TokenAuthority, bind_tenant
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The master's transport layer: protobuf handlers, the stream channel and authentication."""
