@@ -1,16 +1,29 @@
 """The master service facade: every master operation, with no transport in it.
 
-State lives in small modules (:mod:`metadata`, :mod:`segments`, :mod:`liveness`,
-:mod:`allocator`); this class validates requests, applies the store's rules (first writer wins,
-read leases, put timeouts, client expiry) and keeps those modules consistent. The gRPC servicer
-converts protobuf to the typed arguments here and back.
+The facade composes the services that do the work and keeps the operations that are neither
+KV sessions nor release: segments and liveness, the data path (put, upsert, end, revoke, read,
+exist, remove), the background steps and introspection.
+
+- :class:`~mooncake_py.master.state.store.StoreState` holds every piece of state and the
+  mutations that keep its parts consistent.
+- :class:`~mooncake_py.master.service.context.ServiceContext` bundles that state with the one
+  lock, the clock and the :class:`~mooncake_py.master.service.context.TenantResolver`; the
+  facade builds it and hands it to :attr:`MasterService.sessions`
+  (:class:`~mooncake_py.master.service.kv_sessions.SessionService`) and
+  :attr:`MasterService.releases`
+  (:class:`~mooncake_py.master.service.release.ReleaseService`).
+- :class:`~mooncake_py.master.service.writes.WritePath` (puts and upserts, including the
+  admission of writes tagged with KV sessions) and
+  :class:`~mooncake_py.master.service.eviction.Evictor` work on the state under the lock the
+  facade holds.
 
 Background work is exposed as plain synchronous steps that take ``now``
 (:meth:`MasterService.reap_expired_clients`, :meth:`MasterService.sweep_expired_puts`); timers in
 :mod:`background` only call them, and tests call them directly with a fake clock.
 
-Thread-safety: every public method takes ``self._lock``, one lock for all state, so calls are
-atomic with respect to each other. Lock order: only this lock exists.
+Thread-safety: every public method, here and in the composed services, takes the context's one
+lock, so calls are atomic with respect to each other (session updates and releases once per
+page). Lock order: only this lock exists.
 """
 
 from __future__ import annotations
@@ -28,21 +41,20 @@ from mooncake_py.types import (
     ReplicaListResult,
     ReplicateConfig,
     SegmentInfo,
-    valid_tenant_id,
 )
 
 from ..clock import monotonic_clock
 from ..config import MasterConfig
-from ..state.objects import ObjectMetadata, PendingSoftPin, valid_key
+from ..state.objects import ObjectMetadata, valid_key
 from ..state.segments import MountedSegment
 from ..state.store import StoreState
+from .context import DEFAULT_TENANT, ServiceContext, TenantResolver
 from .eviction import EvictionPass, Evictor
-from .kv_sessions import SessionOps
-from .release import ReleaseOps
+from .kv_sessions import SessionService
+from .release import ReleaseService
 from .writes import WritePath
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
-DEFAULT_TENANT = "default"
 MAX_REPLICA_NUM = 64
 # A value can be no larger than a segment; this bound only rejects nonsense early.
 MAX_VALUE_BYTES = 1 << 50
@@ -57,7 +69,7 @@ class PingResult:
     view_version: int
 
 
-class MasterService(SessionOps, ReleaseOps):
+class MasterService:
     """All master state and operations.
 
     Args:
@@ -66,6 +78,11 @@ class MasterService(SessionOps, ReleaseOps):
         rng: random source for placement.
         view_version: identifies this master incarnation in ping answers; clients see it change
             across a restart.
+
+    Attributes:
+        sessions: the KV session operations (attach, pin, update, close, get, list).
+        releases: the release operations (of a session, of stale or all sessions, of the
+            KV cache).
     """
 
     def __init__(
@@ -76,17 +93,34 @@ class MasterService(SessionOps, ReleaseOps):
         view_version: int = 0,
     ) -> None:
         self.config = config
+        # Tokens bind callers to tenants, which only means something with separate key spaces.
+        tenants = TenantResolver(config.enable_multi_tenants or bool(config.auth_tokens_file))
+        context = ServiceContext(threading.Lock(), StoreState(config, rng), clock, tenants)
+        self._lock = context.lock
+        self._state = context.state
         self._clock = clock
-        self._lock = threading.Lock()
-        self._state = StoreState(config, rng)
+        self._tenants = tenants
+        self._resolve_tenant = tenants.resolve
         self._objects = self._state.objects
         self._segments = self._state.segments
         self._clients = self._state.clients
         self._evictor = Evictor(self._state)
         self._writes = WritePath(self._state, self._evictor)
         self._view_version = view_version
-        # Tokens bind callers to tenants, which only means something with separate key spaces.
-        self._multi_tenant = config.enable_multi_tenants or bool(config.auth_tokens_file)
+        self.sessions = SessionService(context)
+        self.releases = ReleaseService(context)
+        # transport still calls these
+        self.attach_kv_session = self.sessions.attach_kv_session
+        self.set_kv_session_pin = self.sessions.set_kv_session_pin
+        self.update_kv_session = self.sessions.update_kv_session
+        self.close_kv_session = self.sessions.close_kv_session
+        self.get_kv_session = self.sessions.get_kv_session
+        self.list_kv_sessions = self.sessions.list_kv_sessions
+        self.list_kv_session_keys = self.sessions.list_kv_session_keys
+        self.release_kv_session = self.releases.release_kv_session
+        self.release_stale_kv_sessions = self.releases.release_stale_kv_sessions
+        self.release_all_kv_sessions = self.releases.release_all_kv_sessions
+        self.release_kv_cache = self.releases.release_kv_cache
 
     # ------------------------------------------------------------------------------------------
     # Segments and liveness
@@ -244,55 +278,21 @@ class MasterService(SessionOps, ReleaseOps):
         tags = config.kv_sessions
         if pin is None or (tags is not None and len(tags) != len(keys)):
             return invalid
+        results: list[PutStartResult] = []
         with self._lock:
             now = self._clock()
-            return [
-                self._start_one(client_id, resolved, key, size, config, groups, i, pin, now, upsert)
-                for i, (key, size) in enumerate(zip(keys, sizes, strict=True))
-            ]
-
-    def _start_one(
-        self,
-        client_id: str,
-        tenant: str,
-        key: str,
-        size: int,
-        config: ReplicateConfig,
-        groups: list[str] | None,
-        index: int,
-        pin: PendingSoftPin,
-        now: float,
-        upsert: bool,
-    ) -> PutStartResult:
-        if not valid_key(key) or not 0 < size <= MAX_VALUE_BYTES:
-            return PutStartResult(ErrorCode.INVALID_PARAMS)
-        group = groups[index] if groups is not None else None
-        tags = config.kv_sessions[index] if config.kv_sessions is not None else []
-        if tags:
-            existing = self._objects.get((tenant, key))
-            if existing is not None and not upsert and self._writes.is_stale(existing, now):
-                existing = None  # this put preempts it: its memberships die with it
-            code = self._state.sessions.check_admission(tenant, [(existing, key, tags)])
-            if code != ErrorCode.OK:
-                return PutStartResult(code)  # rejected: adds nothing
-        held = self._state.sessions.hold(tenant, tags) if tags else []
-        try:
-            if upsert:
-                result = self._writes.upsert_start(
-                    client_id, tenant, key, size, config, group, pin, now
+            for i, (key, size) in enumerate(zip(keys, sizes, strict=True)):
+                if not valid_key(key) or not 0 < size <= MAX_VALUE_BYTES:
+                    results.append(PutStartResult(ErrorCode.INVALID_PARAMS))
+                    continue
+                group = groups[i] if groups is not None else None
+                key_tags = tags[i] if tags is not None else []
+                results.append(
+                    self._writes.start(
+                        client_id, resolved, key, size, config, group, key_tags, pin, now, upsert
+                    )
                 )
-            else:
-                result = self._writes.put_start(
-                    client_id, tenant, key, size, config, group or "", pin, now
-                )
-            if tags and result.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS):
-                # Admitted (a put of an existing key keeps its data and still gains the tags).
-                meta = self._objects.get((tenant, key))
-                if meta is not None:
-                    self._state.sessions.add(meta, tags, now)
-        finally:
-            self._state.sessions.release_hold(held)
-        return result
+        return results
 
     def put_end(self, client_id: str, tenant: str, key: str) -> ErrorCode:
         """Make a written object visible; see :meth:`batch_put_end`."""
@@ -448,7 +448,7 @@ class MasterService(SessionOps, ReleaseOps):
         With multi-tenancy on, an empty ``tenant`` means every tenant (as upstream). Objects
         that cannot be removed (leased without ``force``, being written) are skipped.
         """
-        everyone = self._multi_tenant and tenant == ""
+        everyone = self._tenants.multi_tenant and tenant == ""
         resolved = self._resolve_tenant(tenant)
         if resolved is None:
             return 0
@@ -558,14 +558,6 @@ class MasterService(SessionOps, ReleaseOps):
 
     def _batch_size_ok(self, keys: Sequence[str]) -> bool:
         return len(keys) <= self.config.max_batch_keys
-
-    def _resolve_tenant(self, tenant: str) -> str | None:
-        """The effective tenant, or None when the id is invalid."""
-        if not self._multi_tenant:
-            return DEFAULT_TENANT
-        if not tenant:
-            return DEFAULT_TENANT
-        return tenant if valid_tenant_id(tenant) else None
 
     def segment_of(self, segment_id: str) -> MountedSegment | None:
         """The mounted segment with this id (for tests and introspection)."""

@@ -1,33 +1,42 @@
-"""KV session operations of the master service facade (attach, pin, unpin, update, close,
-get, list keys). Mixed into :class:`mooncake_py.master.service.facade.MasterService`, whose
-lock and state they use; see :mod:`mooncake_py.master.state.session_registry` for the registry
-and its concurrency design.
+"""KV session operations of the master (attach, pin, unpin, update, close, get, list).
+
+:class:`SessionService` is reached as ``MasterService.sessions``; it depends only on the shared
+:class:`~mooncake_py.master.service.context.ServiceContext`. Sessions a write joins are handled
+by the write path (:mod:`mooncake_py.master.service.writes`); see
+:mod:`mooncake_py.master.state.session_registry` for the registry and its concurrency design.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import KvSessionInfo, KvSessionPage
 
 from ..state.objects import ObjectMetadata, valid_key
 from ..state.session_registry import SessionInfo, describe, valid_session_id
-from ..state.store import StoreState
+from .context import ServiceContext
 
 # Members examined per lock hold while updating or closing a session.
 UPDATE_PAGE = 256
 
 
-class SessionOps:
-    """Session calls; expects ``_lock``, ``_state`` and ``_resolve_tenant``."""
+class SessionService:
+    """The KV session calls.
 
-    _lock: threading.Lock
-    _state: StoreState
-    _clock: Callable[[], float]
-    _resolve_tenant: Callable[[str], str | None]
+    Args:
+        context: the shared lock, state, clock and tenant rule.
+
+    Thread-safety: every method takes the context's lock; :meth:`update_kv_session` and
+    :meth:`close_kv_session` take it once per page of members, the others once.
+    """
+
+    def __init__(self, context: ServiceContext) -> None:
+        self._lock = context.lock
+        self._state = context.state
+        self._clock = context.clock
+        self._resolve_tenant = context.tenants.resolve
 
     def attach_kv_session(self, tenant: str, session_id: str, keys: Sequence[str]) -> list[int]:
         """Add existing objects to a session, creating it (unpinned) if needed.

@@ -1,6 +1,7 @@
-"""Release operations of the master service facade: free the memory that sessions hold.
+"""Release operations of the master: free the memory that sessions hold.
 
-Mixed into :class:`mooncake_py.master.service.facade.MasterService`. ``release_kv_session`` closes a
+:class:`ReleaseService` is reached as ``MasterService.releases``; it depends only on the shared
+:class:`~mooncake_py.master.service.context.ServiceContext`. ``release_kv_session`` closes a
 session and removes the members that nothing else needs: not held by another session, not hard
 pinned, not leased by a reader, not being written. It works in pages, taking the service lock
 per page, so releasing a huge session never stalls other calls for long; freed bytes are the
@@ -10,27 +11,33 @@ a tenant (data type KVCACHE or UNKNOWN) while other data (weights, ...) stays re
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import ObjectDataType, ReleaseResult
 
 from ..state.objects import ObjectMetadata
 from ..state.session_registry import KvSession, valid_session_id
-from ..state.store import StoreState, is_soft_pinned
+from ..state.store import is_soft_pinned
+from .context import ServiceContext
 
 RELEASE_PAGE = 256
 KV_CACHE_TYPES = (int(ObjectDataType.KVCACHE), int(ObjectDataType.UNKNOWN))
 
 
-class ReleaseOps:
-    """Release calls; expects ``_lock``, ``_state``, ``_clock`` and ``_resolve_tenant``."""
+class ReleaseService:
+    """The release calls.
 
-    _lock: threading.Lock
-    _state: StoreState
-    _clock: Callable[[], float]
-    _resolve_tenant: Callable[[str], str | None]
+    Args:
+        context: the shared lock, state, clock and tenant rule.
+
+    Thread-safety: every method takes the context's lock; releasing sessions takes it once per
+    page of members (so a release is not one transaction), :meth:`release_kv_cache` once.
+    """
+
+    def __init__(self, context: ServiceContext) -> None:
+        self._lock = context.lock
+        self._state = context.state
+        self._clock = context.clock
+        self._resolve_tenant = context.tenants.resolve
 
     def release_kv_session(self, tenant: str, session_id: str) -> tuple[ErrorCode, ReleaseResult]:
         """Close a session and remove its members that no one else needs.

@@ -8,6 +8,10 @@ PROCESSING, so it is unreadable until the write ends), a different-size object g
 replicas, and either way hard pin and a live soft pin are kept. An upsert of an object that a
 reader holds (live read lease) answers OBJECT_REPLICA_BUSY.
 
+A write tagged with KV sessions (``ReplicateConfig.kv_sessions``) is admitted against the
+session limits before anything changes, and its object joins those sessions when the start
+succeeds (:meth:`WritePath.start`).
+
 Every method here is called by the service facade under its lock, with ``now`` already read.
 """
 
@@ -64,6 +68,61 @@ class WritePath:
         return PendingSoftPin(action, ttl)
 
     # -- start -----------------------------------------------------------------------------
+
+    def start(
+        self,
+        client_id: str,
+        tenant: str,
+        key: str,
+        size: int,
+        config: ReplicateConfig,
+        group_id: str | None,
+        tags: list[str],
+        pin: PendingSoftPin,
+        now: float,
+        upsert: bool,
+    ) -> PutStartResult:
+        """Start one put (or upsert, when ``upsert``) of a validated key and size.
+
+        With ``tags`` (KV session ids), the write is admitted first: the memberships it would
+        add must stay within the session limits, or it answers that code (INVALID_PARAMS for a
+        bad id, SESSION_LIMIT_EXCEEDED) and changes nothing. An admitted write that answers OK,
+        or OBJECT_ALREADY_EXISTS for a put of an existing key (which keeps its data), makes the
+        object a member of every tagged session. The tagged sessions that already exist are
+        held meanwhile, so eviction during the start cannot end them.
+
+        Args:
+            group_id: the key's group; None keeps an existing object's group on upsert and
+                means no group otherwise.
+            tags: session ids the object joins; empty for an untagged write.
+
+        Returns:
+            The put or upsert start result (see :meth:`put_start`, :meth:`upsert_start`), or
+            the admission code. Complexity: that of the start, plus O(len(tags)).
+        """
+        sessions = self._state.sessions
+        if tags:
+            existing = self._state.objects.get((tenant, key))
+            if existing is not None and not upsert and self.is_stale(existing, now):
+                existing = None  # this put preempts it: its memberships die with it
+            code = sessions.check_admission(tenant, [(existing, key, tags)])
+            if code != ErrorCode.OK:
+                return PutStartResult(code)
+        held = sessions.hold(tenant, tags) if tags else []
+        try:
+            if upsert:
+                result = self.upsert_start(client_id, tenant, key, size, config, group_id, pin, now)
+            else:
+                result = self.put_start(
+                    client_id, tenant, key, size, config, group_id or "", pin, now
+                )
+            if tags and result.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS):
+                meta = self._state.objects.get((tenant, key))
+                if meta is not None:
+                    sessions.add(meta, tags, now)
+        finally:
+            sessions.release_hold(held)
+        return result
 
     def put_start(
         self,

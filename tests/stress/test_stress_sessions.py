@@ -449,7 +449,7 @@ class Model:
         keys = [self.pick_key(before) for _ in range(n)]
         if self.rng.random() < 0.5 and sid in self.sessions:
             keys += self.rng.sample(sorted(self.sessions[sid].members), 1)[: MAX_BATCH - n]
-        codes = self.service.attach_kv_session("", sid, keys)
+        codes = self.service.sessions.attach_kv_session("", sid, keys)
         for code in set(codes):
             self.record("attach", code)
         if not valid_id(sid) or len(keys) > MAX_BATCH:
@@ -471,7 +471,7 @@ class Model:
 
     def set_pin(self, flag: bool) -> None:
         sid = self.pick_session()
-        code = self.service.set_kv_session_pin("", sid, flag)
+        code = self.service.sessions.set_kv_session_pin("", sid, flag)
         self.record("pin" if flag else "unpin", code)
         if not valid_id(sid):
             assert code == INVALID
@@ -496,7 +496,7 @@ class Model:
             keep = []
         else:
             keep = self.rng.sample(KEYS, self.rng.randint(1, MAX_MEMBERS))
-        code = self.service.update_kv_session("", sid, keep)
+        code = self.service.sessions.update_kv_session("", sid, keep)
         self.record("update", code)
         if not valid_id(sid):
             assert code == INVALID
@@ -512,7 +512,7 @@ class Model:
 
     def op_close(self, now: float, before: dict[str, Seen]) -> None:
         sid = self.pick_session()
-        code = self.service.close_kv_session("", sid)
+        code = self.service.sessions.close_kv_session("", sid)
         self.record("close", code)
         if not valid_id(sid):
             assert code == INVALID
@@ -522,7 +522,7 @@ class Model:
 
     def op_get(self, now: float, before: dict[str, Seen]) -> None:
         sid = self.pick_session()
-        code, found = self.service.get_kv_session("", sid)
+        code, found = self.service.sessions.get_kv_session("", sid)
         self.record("get", code)
         if not valid_id(sid):
             assert (code, found) == (INVALID, None)
@@ -541,7 +541,7 @@ class Model:
         sid = self.pick_session()
         limit = self.rng.choice([0, 1, 1, 2, 3, 5, MAX_BATCH, MAX_BATCH + 1])
         cursor = self.rng.choice(["", "", self.rng.choice(KEYS), "k15x", "zz"])
-        code, page = self.service.list_kv_session_keys("", sid, cursor, limit)
+        code, page = self.service.sessions.list_kv_session_keys("", sid, cursor, limit)
         self.record("list", code)
         if not valid_id(sid) or not 1 <= limit <= MAX_BATCH:
             assert (code, page) == (INVALID, None)
@@ -557,7 +557,7 @@ class Model:
         # Walking the rest from there yields every member once, in order.
         walked, cursor = list(page.keys), page.next_cursor
         while cursor:
-            code, page = self.service.list_kv_session_keys("", sid, cursor, limit)
+            code, page = self.service.sessions.list_kv_session_keys("", sid, cursor, limit)
             assert code == OK and page is not None and page.keys
             walked += page.keys
             cursor = page.next_cursor
@@ -671,7 +671,7 @@ class Model:
         """The service's registry equals the model's, session by session and key by key."""
         assert len(self.service._state.sessions) == len(self.sessions)  # noqa: SLF001
         for sid, session in self.sessions.items():
-            code, found = self.service.get_kv_session("", sid)
+            code, found = self.service.sessions.get_kv_session("", sid)
             assert code == OK and found is not None, sid
             assert (found.pinned, found.member_count) == (session.pinned, len(session.members))
         for key in KEYS:

@@ -14,6 +14,7 @@ import pytest
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.master.config import MasterConfig
+from mooncake_py.master.service.context import DEFAULT_TENANT, TenantResolver
 from mooncake_py.master.service.facade import MasterService
 from mooncake_py.types import (
     ClientStatus,
@@ -1219,6 +1220,15 @@ def test_invalid_tenants_are_rejected(tenant: str) -> None:
     assert service.stats()["objects"] == 1
     assert allocated(service) == rounded(10)
     service.check()
+
+
+def test_tenant_resolver_rule() -> None:
+    shared = TenantResolver(multi_tenant=True)
+    assert shared.resolve("t1") == "t1"
+    assert shared.resolve("") == DEFAULT_TENANT
+    assert [shared.resolve(t) for t in ("_x", "a\x00b", "del\x7f")] == [None, None, None]
+    single = TenantResolver(multi_tenant=False)
+    assert [single.resolve(t) for t in ("t1", "", "_x")] == [DEFAULT_TENANT] * 3
 
 
 def test_tenants_collapse_to_default_when_disabled() -> None:

@@ -107,11 +107,11 @@ def put_many(service: MasterService, keys: Iterable[str], size: int = 100, **kw:
 
 
 def attach(service: MasterService, sid: str, keys: list[str], tenant: str = "") -> list[int]:
-    return service.attach_kv_session(tenant, sid, keys)
+    return service.sessions.attach_kv_session(tenant, sid, keys)
 
 
 def info(service: MasterService, sid: str, tenant: str = "") -> KvSessionInfo | None:
-    code, found = service.get_kv_session(tenant, sid)
+    code, found = service.sessions.get_kv_session(tenant, sid)
     if code == SESSION_NOT_FOUND:
         assert found is None
         return None
@@ -140,7 +140,7 @@ def members(service: MasterService, sid: str, tenant: str = "", limit: int = 3) 
     keys: list[str] = []
     cursor = ""
     while True:
-        code, page = service.list_kv_session_keys(tenant, sid, cursor, limit)
+        code, page = service.sessions.list_kv_session_keys(tenant, sid, cursor, limit)
         if code == SESSION_NOT_FOUND:
             assert not keys
             return []
@@ -200,10 +200,10 @@ def test_unknown_session_before_any_member() -> None:
     service, _ = make_service()
     mount(service)
     assert info(service, "S") is None
-    code, page = service.list_kv_session_keys("", "S")
+    code, page = service.sessions.list_kv_session_keys("", "S")
     assert code == SESSION_NOT_FOUND and page is None
-    assert service.set_kv_session_pin("", "S", True) == SESSION_NOT_FOUND
-    assert service.set_kv_session_pin("", "S", False) == SESSION_NOT_FOUND
+    assert service.sessions.set_kv_session_pin("", "S", True) == SESSION_NOT_FOUND
+    assert service.sessions.set_kv_session_pin("", "S", False) == SESSION_NOT_FOUND
     assert registry(service) == {}
     service.check()
 
@@ -307,16 +307,16 @@ def test_bad_session_id_is_rejected_everywhere_and_changes_nothing(bad: str) -> 
     mount(service)
     put_many(service, ["k1", "k2"])
     assert attach(service, "S", ["k1"]) == [0]
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     before = registry(service), memberships(service)
 
     assert attach(service, bad, ["k1", "k2", "missing"]) == [INVALID] * 3
-    assert service.set_kv_session_pin("", bad, True) == INVALID
-    assert service.set_kv_session_pin("", bad, False) == INVALID
-    assert service.update_kv_session("", bad, ["k1"]) == INVALID
-    assert service.close_kv_session("", bad) == INVALID
-    assert service.get_kv_session("", bad) == (INVALID, None)
-    assert service.list_kv_session_keys("", bad) == (INVALID, None)
+    assert service.sessions.set_kv_session_pin("", bad, True) == INVALID
+    assert service.sessions.set_kv_session_pin("", bad, False) == INVALID
+    assert service.sessions.update_kv_session("", bad, ["k1"]) == INVALID
+    assert service.sessions.close_kv_session("", bad) == INVALID
+    assert service.sessions.get_kv_session("", bad) == (INVALID, None)
+    assert service.sessions.list_kv_session_keys("", bad) == (INVALID, None)
     # A tagged write naming it is rejected and adds nothing, not even the object.
     result = service.put_start("w", "", "k3", 100, config(["S", bad]))
     assert result.code == INVALID
@@ -334,15 +334,15 @@ def test_longest_session_ids_are_valid(sid: str) -> None:
     mount(service)
     put(service, "k")
     assert attach(service, sid, ["k"]) == [0]
-    assert service.set_kv_session_pin("", sid, True) == OK
+    assert service.sessions.set_kv_session_pin("", sid, True) == OK
     found = info(service, sid)
     assert found is not None and found.pinned and found.member_count == 1
     assert members(service, sid) == ["k"]
     put(service, "t", sessions=[sid])
     assert members(service, sid) == ["k", "t"]
-    assert service.update_kv_session("", sid, ["t"]) == OK
+    assert service.sessions.update_kv_session("", sid, ["t"]) == OK
     assert members(service, sid) == ["t"]
-    assert service.close_kv_session("", sid) == OK
+    assert service.sessions.close_kv_session("", sid) == OK
     assert info(service, sid) is None
     service.check()
 
@@ -370,13 +370,19 @@ def test_bad_tenant_is_invalid_params() -> None:
     put(service, "k")
     assert attach(service, "S", ["k"]) == [0]
     before = registry(service)
-    assert service.attach_kv_session("_internal", "S", ["k"]) == [INVALID]
-    assert service.set_kv_session_pin("bad\x01", "S", True) == INVALID
-    assert service.update_kv_session("_x", "S", []) == INVALID
-    assert service.close_kv_session("_x", "S") == INVALID
-    assert service.get_kv_session("_x", "S") == (INVALID, None)
-    assert service.list_kv_session_keys("_x", "S") == (INVALID, None)
+    assert service.sessions.attach_kv_session("_internal", "S", ["k"]) == [INVALID]
+    assert service.sessions.set_kv_session_pin("bad\x01", "S", True) == INVALID
+    assert service.sessions.update_kv_session("_x", "S", []) == INVALID
+    assert service.sessions.close_kv_session("_x", "S") == INVALID
+    assert service.sessions.get_kv_session("_x", "S") == (INVALID, None)
+    assert service.sessions.list_kv_session_keys("_x", "S") == (INVALID, None)
+    assert service.sessions.list_kv_sessions("_x") == (INVALID, [], "")
+    assert service.releases.release_kv_session("_x", "S")[0] == INVALID
+    assert service.releases.release_stale_kv_sessions("_x", 0, True)[0] == INVALID
+    assert service.releases.release_all_kv_sessions("_x", confirm=True)[0] == INVALID
+    assert service.releases.release_kv_cache("_x", keep_pinned=False)[0] == INVALID
     assert registry(service) == before
+    assert service.stats()["objects"] == 1
     service.check()
 
 
@@ -405,7 +411,7 @@ def test_max_sessions_for_attach_and_tagged_writes() -> None:
     put(service, "new", sessions=["S1", "S2"])
     assert count(service, "S1") == 4 and count(service, "S2") == 2
     # Closing one frees a slot.
-    assert service.close_kv_session("", "S2") == OK
+    assert service.sessions.close_kv_session("", "S2") == OK
     assert attach(service, "S3", ["k3"]) == [0]
     assert len(registry(service)) == 2
     service.check()
@@ -512,12 +518,12 @@ def test_list_page_size_is_bounded_by_max_batch() -> None:
     mount(service)
     put_many(service, keys_of("k", 6), sessions=["S"])
     for limit in (0, -1, 5, 1024):
-        assert service.list_kv_session_keys("", "S", "", limit) == (INVALID, None)
-    code, page = service.list_kv_session_keys("", "S", "", 4)
+        assert service.sessions.list_kv_session_keys("", "S", "", limit) == (INVALID, None)
+    code, page = service.sessions.list_kv_session_keys("", "S", "", 4)
     assert code == OK and page is not None
     assert page.keys == keys_of("k", 4) and page.next_cursor == "k003"
     # The default limit (1024) exceeds this max_batch.
-    assert service.list_kv_session_keys("", "S") == (INVALID, None)
+    assert service.sessions.list_kv_session_keys("", "S") == (INVALID, None)
     service.check()
 
 
@@ -525,12 +531,12 @@ def test_update_keep_set_over_max_members_fails_before_any_change() -> None:
     service, _ = make_service(kv_session_max_members=3)
     mount(service)
     put_many(service, ["a", "b", "c"], sessions=["S"])
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     before = registry(service), memberships(service)
-    assert service.update_kv_session("", "S", ["a", "x", "y", "z"]) == LIMIT
+    assert service.sessions.update_kv_session("", "S", ["a", "x", "y", "z"]) == LIMIT
     assert (registry(service), memberships(service)) == before
     # Exactly max_members keys is fine.
-    assert service.update_kv_session("", "S", ["a", "x", "y"]) == OK
+    assert service.sessions.update_kv_session("", "S", ["a", "x", "y"]) == OK
     assert members(service, "S") == ["a"] and pinned(service, "S")
     service.check()
 
@@ -544,16 +550,16 @@ def test_pin_and_unpin_set_one_flag() -> None:
     put_many(service, ["a", "b"], sessions=["S"])
     now = clock()
     assert not soft_pinned(service, "a", now)
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     assert pinned(service, "S") and count(service, "S") == 2
     assert soft_pinned(service, "a", now) and soft_pinned(service, "b", now)
-    assert service.set_kv_session_pin("", "S", True) == OK  # idempotent
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK  # idempotent
     assert pinned(service, "S")
-    assert service.set_kv_session_pin("", "S", False) == OK
+    assert service.sessions.set_kv_session_pin("", "S", False) == OK
     assert not pinned(service, "S") and count(service, "S") == 2
     assert not soft_pinned(service, "a", now)
-    assert service.set_kv_session_pin("", "S", False) == OK
-    assert service.set_kv_session_pin("", "nope", True) == SESSION_NOT_FOUND
+    assert service.sessions.set_kv_session_pin("", "S", False) == OK
+    assert service.sessions.set_kv_session_pin("", "nope", True) == SESSION_NOT_FOUND
     assert info(service, "nope") is None  # pinning does not create
     service.check()
 
@@ -563,7 +569,7 @@ def test_pin_covers_later_members() -> None:
     mount(service)
     put(service, "a", sessions=["S"])
     put(service, "b")
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     assert attach(service, "S", ["b"]) == [0]
     put(service, "c", sessions=["S"])
     now = clock()
@@ -585,8 +591,8 @@ def test_pin_cost_does_not_depend_on_session_size() -> None:
         for _ in range(5):
             began = time.perf_counter()
             for _ in range(200):
-                service.set_kv_session_pin("", sid, True)
-                service.set_kv_session_pin("", sid, False)
+                service.sessions.set_kv_session_pin("", sid, True)
+                service.sessions.set_kv_session_pin("", sid, False)
             best = min(best, time.perf_counter() - began)
         return best
 
@@ -601,13 +607,13 @@ def test_unpin_keeps_other_sessions_pins() -> None:
     mount(service)
     put(service, "shared", sessions=["A", "B"])
     put(service, "only-a", sessions=["A"])
-    assert service.set_kv_session_pin("", "A", True) == OK
-    assert service.set_kv_session_pin("", "B", True) == OK
+    assert service.sessions.set_kv_session_pin("", "A", True) == OK
+    assert service.sessions.set_kv_session_pin("", "B", True) == OK
     now = clock()
-    assert service.set_kv_session_pin("", "A", False) == OK
+    assert service.sessions.set_kv_session_pin("", "A", False) == OK
     assert soft_pinned(service, "shared", now)  # still pinned through B
     assert not soft_pinned(service, "only-a", now)
-    assert service.set_kv_session_pin("", "B", False) == OK
+    assert service.sessions.set_kv_session_pin("", "B", False) == OK
     assert not soft_pinned(service, "shared", now)
     # Memberships are untouched by pin changes.
     assert sessions_of(service, "shared") == {"A", "B"}
@@ -619,14 +625,14 @@ def test_unpin_keeps_the_objects_own_ttl_pin() -> None:
     mount(service)
     put(service, "ttl", sessions=["S"], soft_pin_action=SoftPinAction.ENABLE, soft_pin_ttl_ms=5000)
     put(service, "plain", sessions=["S"])
-    assert service.set_kv_session_pin("", "S", True) == OK
-    assert service.set_kv_session_pin("", "S", False) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", False) == OK
     assert soft_pinned(service, "ttl", clock())
     assert not soft_pinned(service, "plain", clock())
     clock.advance(5.0)
     assert not soft_pinned(service, "ttl", clock())
     # A session pin has no TTL.
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     clock.advance(10 * 86_400)
     assert soft_pinned(service, "ttl", clock()) and pinned(service, "S")
     service.check()
@@ -636,10 +642,10 @@ def test_pin_is_lost_with_the_last_member_and_a_new_session_starts_unpinned() ->
     service, _ = make_service()
     mount(service)
     put(service, "k", sessions=["S"])
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     assert service.remove("", "k") == OK
     assert info(service, "S") is None
-    assert service.set_kv_session_pin("", "S", True) == SESSION_NOT_FOUND
+    assert service.sessions.set_kv_session_pin("", "S", True) == SESSION_NOT_FOUND
     put(service, "k", sessions=["S"])
     assert not pinned(service, "S")
     service.check()
@@ -654,8 +660,10 @@ def test_update_keeps_the_intersection_and_deletes_no_data() -> None:
     put_many(service, ["k1", "k2", "k3", "k4", "outsider"])
     assert attach(service, "S", ["k1", "k2", "k3", "k4"]) == [0] * 4
     assert attach(service, "T", ["k1"]) == [0]
-    assert service.set_kv_session_pin("", "S", True) == OK
-    assert service.update_kv_session("", "S", ["k2", "k4", "unknown", "outsider", "k4"]) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
+    assert (
+        service.sessions.update_kv_session("", "S", ["k2", "k4", "unknown", "outsider", "k4"]) == OK
+    )
     assert members(service, "S") == ["k2", "k4"]
     assert pinned(service, "S")  # a non-empty session keeps its pin
     assert sessions_of(service, "outsider") == set()  # never adds
@@ -668,7 +676,7 @@ def test_update_keeps_the_intersection_and_deletes_no_data() -> None:
         "outsider",
     ]
     # Keeping everything (and more) changes nothing.
-    assert service.update_kv_session("", "S", ["k1", "k2", "k3", "k4"]) == OK
+    assert service.sessions.update_kv_session("", "S", ["k1", "k2", "k3", "k4"]) == OK
     assert members(service, "S") == ["k2", "k4"]
     service.check()
 
@@ -677,8 +685,8 @@ def test_update_of_an_unknown_session_is_a_no_op() -> None:
     service, _ = make_service()
     mount(service)
     put(service, "k")
-    assert service.update_kv_session("", "nope", ["k"]) == OK
-    assert service.update_kv_session("", "nope", []) == OK
+    assert service.sessions.update_kv_session("", "nope", ["k"]) == OK
+    assert service.sessions.update_kv_session("", "nope", []) == OK
     assert registry(service) == {}
     service.check()
 
@@ -687,13 +695,13 @@ def test_update_with_an_empty_intersection_deletes_the_session_and_its_pin() -> 
     service, _ = make_service()
     mount(service)
     put_many(service, ["a", "b"], sessions=["S"])
-    assert service.set_kv_session_pin("", "S", True) == OK
-    assert service.update_kv_session("", "S", ["c", "d"]) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.update_kv_session("", "S", ["c", "d"]) == OK
     assert info(service, "S") is None
     assert present(service, ["a", "b"]) == ["a", "b"]
     assert attach(service, "S", ["a"]) == [0]
     assert not pinned(service, "S")
-    assert service.update_kv_session("", "S", []) == OK
+    assert service.sessions.update_kv_session("", "S", []) == OK
     assert info(service, "S") is None
     service.check()
 
@@ -704,7 +712,7 @@ def test_update_walks_many_pages() -> None:
     keys = keys_of("k", 700)
     put_many(service, keys, size=64, sessions=["S"])
     keep = keys[::3]
-    assert service.update_kv_session("", "S", keep + ["zzz"]) == OK
+    assert service.sessions.update_kv_session("", "S", keep + ["zzz"]) == OK
     assert members(service, "S", limit=1024) == keep
     assert present(service, keys) == keys
     service.check()
@@ -719,15 +727,15 @@ def test_close_removes_associations_and_pin_but_keeps_data() -> None:
     keys = keys_of("k", 600)
     put_many(service, keys, size=64, sessions=["S"])
     assert attach(service, "T", ["k000", "k599"]) == [0, 0]
-    assert service.set_kv_session_pin("", "S", True) == OK
-    assert service.close_kv_session("", "S") == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.close_kv_session("", "S") == OK
     assert info(service, "S") is None
     assert present(service, keys) == keys
     assert members(service, "T") == ["k000", "k599"]
     assert not soft_pinned(service, "k001", clock())
     # Idempotent; also for a session that never existed.
-    assert service.close_kv_session("", "S") == OK
-    assert service.close_kv_session("", "never") == OK
+    assert service.sessions.close_kv_session("", "S") == OK
+    assert service.sessions.close_kv_session("", "never") == OK
     service.check()
 
 
@@ -735,13 +743,13 @@ def test_close_leaves_no_tombstone() -> None:
     service, _ = make_service()
     mount(service)
     put(service, "a", sessions=["S"])
-    assert service.set_kv_session_pin("", "S", True) == OK
-    assert service.close_kv_session("", "S") == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.close_kv_session("", "S") == OK
     put(service, "b", sessions=["S"])  # a later tag recreates it, unpinned
     found = info(service, "S")
     assert found is not None and not found.pinned and found.member_count == 1
     assert members(service, "S") == ["b"]
-    assert service.close_kv_session("", "S") == OK
+    assert service.sessions.close_kv_session("", "S") == OK
     assert attach(service, "S", ["a"]) == [0]
     assert members(service, "S") == ["a"] and not pinned(service, "S")
     service.check()
@@ -757,7 +765,7 @@ def test_get_reports_id_pin_and_member_count() -> None:
     found = info(service, "S")
     assert found is not None
     assert (found.session_id, found.pinned, found.member_count) == ("S", False, 3)
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     assert service.remove("", "b") == OK
     found = info(service, "S")
     assert found is not None and found.pinned and found.member_count == 2
@@ -771,7 +779,7 @@ def test_list_pages_in_key_order_with_an_exclusive_cursor() -> None:
     put_many(service, keys, sessions=["S"])
 
     def page(cursor: str, limit: int) -> tuple[list[str], str]:
-        code, found = service.list_kv_session_keys("", "S", cursor, limit)
+        code, found = service.sessions.list_kv_session_keys("", "S", cursor, limit)
         assert code == OK and found is not None
         return found.keys, found.next_cursor
 
@@ -794,7 +802,7 @@ def test_list_pages_in_key_order_with_an_exclusive_cursor() -> None:
         if not cursor:
             break
     assert walked == ["a", "b", "c", "d", "e"]
-    code, default = service.list_kv_session_keys("", "S")
+    code, default = service.sessions.list_kv_session_keys("", "S")
     assert code == OK and default is not None and default.keys == walked
     service.check()
 
@@ -803,11 +811,11 @@ def test_list_is_weakly_consistent_across_changes() -> None:
     service, _ = make_service()
     mount(service)
     put_many(service, ["a", "b", "c", "d"], sessions=["S"])
-    code, first = service.list_kv_session_keys("", "S", "", 2)
+    code, first = service.sessions.list_kv_session_keys("", "S", "", 2)
     assert code == OK and first is not None and first.keys == ["a", "b"]
     assert service.remove("", "c") == OK
     put(service, "bb", sessions=["S"])
-    code, second = service.list_kv_session_keys("", "S", first.next_cursor, 2)
+    code, second = service.sessions.list_kv_session_keys("", "S", first.next_cursor, 2)
     assert code == OK and second is not None and second.keys == ["bb", "d"]
     assert second.next_cursor == ""
     service.check()
@@ -822,7 +830,7 @@ def shared_setup(service: MasterService, keys: list[str] | None = None) -> None:
     put_many(service, keys, sessions=["S"])
     assert attach(service, "T", keys[:1]) == [0]
     assert attach(service, "U", keys[-1:]) == [0]
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     service.check()
 
 
@@ -836,7 +844,7 @@ def test_remove_drops_memberships_and_emptied_sessions() -> None:
     service.check()
     assert service.remove("", "k2") == OK
     assert registry(service) == {}
-    assert service.set_kv_session_pin("", "S", True) == SESSION_NOT_FOUND
+    assert service.sessions.set_kv_session_pin("", "S", True) == SESSION_NOT_FOUND
     assert attach(service, "S", ["k1"]) == [NOT_FOUND]
     service.check()
 
@@ -909,7 +917,7 @@ def fill_pinned_and_plain(service: MasterService, n_pinned: int, n_plain: int) -
     """``n_pinned`` oldest objects in pinned session P, then ``n_plain`` in unpinned session O."""
     put_many(service, keys_of("p", n_pinned), size=KIB, sessions=["P"])
     put_many(service, keys_of("o", n_plain), size=KIB, sessions=["O"])
-    assert service.set_kv_session_pin("", "P", True) == OK
+    assert service.sessions.set_kv_session_pin("", "P", True) == OK
 
 
 def test_eviction_pass_drops_memberships() -> None:
@@ -961,7 +969,7 @@ def test_client_expiry_drops_memberships() -> None:
     put(service, "on-dead", sessions=["S"], preferred_segment="name-s-dead")
     put(service, "on-live", sessions=["S"], preferred_segment="name-s-live")
     put(service, "only-dead", sessions=["D"], preferred_segment="name-s-dead")
-    assert service.set_kv_session_pin("", "D", True) == OK
+    assert service.sessions.set_kv_session_pin("", "D", True) == OK
     clock.advance(6.0)
     service.ping("live")
     clock.advance(6.0)
@@ -994,7 +1002,7 @@ def test_revoked_write_drops_memberships() -> None:
     mount(service)
     put(service, "kept", sessions=["S"])
     start(service, "k", sessions=["S", "R"])
-    assert service.set_kv_session_pin("", "R", True) == OK
+    assert service.sessions.set_kv_session_pin("", "R", True) == OK
     assert service.put_revoke("w", "", "k") == OK
     assert service.object_of("", "k") is None
     assert info(service, "R") is None
@@ -1034,7 +1042,7 @@ def test_preempted_stale_write_drops_memberships() -> None:
     service, clock = make_service(put_start_discard_timeout_sec=5.0)
     mount(service)
     start(service, "k", sessions=["OLD"], client="slow")
-    assert service.set_kv_session_pin("", "OLD", True) == OK
+    assert service.sessions.set_kv_session_pin("", "OLD", True) == OK
     clock.advance(5.0)
     assert service.put_start("fast", "", "k", 100, ReplicateConfig()).code == EXISTS
     clock.advance(0.5)
@@ -1051,7 +1059,7 @@ def test_preempting_write_tagged_with_the_same_session_keeps_it() -> None:
     service, clock = make_service(put_start_discard_timeout_sec=5.0)
     mount(service)
     start(service, "k", sessions=["S"], client="slow")
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     clock.advance(6.0)
     start(service, "k", sessions=["S"], client="fast")
     # Registration happens at admission: the write naming S keeps S (and its pin) alive
@@ -1064,10 +1072,10 @@ def test_preempting_untagged_write_ends_the_session() -> None:
     service, clock = make_service(put_start_discard_timeout_sec=5.0)
     mount(service)
     start(service, "k", sessions=["S"], client="slow")
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     clock.advance(6.0)
     assert service.put_start("fast", "", "k", 100, ReplicateConfig()).code == OK
-    assert service.get_kv_session("", "S")[0] == ErrorCode.SESSION_NOT_FOUND
+    assert service.sessions.get_kv_session("", "S")[0] == ErrorCode.SESSION_NOT_FOUND
     service.check()
 
 
@@ -1169,7 +1177,7 @@ def test_upsert_same_size_keeps_memberships() -> None:
     service, clock = make_service()
     mount(service)
     put(service, "k", sessions=["S", "T"])
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     assert service.upsert_start("u", "", "k", 100, ReplicateConfig()).code == OK
     assert sessions_of(service, "k") == {"S", "T"}
     service.check()
@@ -1211,7 +1219,7 @@ def test_upsert_preempting_an_in_flight_write_keeps_memberships() -> None:
     mount(service)
     start(service, "k", size=100, sessions=["S"], client="slow")
     assert attach(service, "T", ["k"]) == [0]
-    assert service.set_kv_session_pin("", "T", True) == OK
+    assert service.sessions.set_kv_session_pin("", "T", True) == OK
     for size in (100, 300):  # the preempted write's replicas are gone either way
         assert service.upsert_start("u", "", "k", size, config(["U"])).code == OK
         assert sessions_of(service, "k") == {"S", "T", "U"}
@@ -1248,17 +1256,17 @@ def test_same_id_in_two_tenants_is_two_sessions() -> None:
     assert count(service, "S", "t1") == 1 and count(service, "S", "t2") == 2
     assert info(service, "S", "t3") is None
     assert info(service, "S") is None  # default tenant
-    assert service.set_kv_session_pin("t1", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("t1", "S", True) == OK
     assert pinned(service, "S", "t1") and not pinned(service, "S", "t2")
-    assert service.set_kv_session_pin("t3", "S", True) == SESSION_NOT_FOUND
+    assert service.sessions.set_kv_session_pin("t3", "S", True) == SESSION_NOT_FOUND
     # Tagged writes land in the writer's tenant.
     put(service, "w", sessions=["S"], tenant="t1")
     assert members(service, "S", "t1") == ["k", "w"]
     assert members(service, "S", "t2") == ["k", "only-t2"]
-    assert service.update_kv_session("t2", "S", ["only-t2", "w"]) == OK
+    assert service.sessions.update_kv_session("t2", "S", ["only-t2", "w"]) == OK
     assert members(service, "S", "t2") == ["only-t2"]
     assert members(service, "S", "t1") == ["k", "w"]
-    assert service.close_kv_session("t1", "S") == OK
+    assert service.sessions.close_kv_session("t1", "S") == OK
     assert info(service, "S", "t1") is None and count(service, "S", "t2") == 1
     assert service.remove("t2", "only-t2") == OK
     assert registry(service) == {}
@@ -1338,7 +1346,7 @@ def test_pinned_through_one_of_several_sessions_is_protected() -> None:
     service, clock = evicting_service()
     put_many(service, keys_of("x", 8), size=KIB, sessions=["PLAIN"])
     assert attach(service, "PIN", ["x000", "x001"]) == [0, 0]
-    assert service.set_kv_session_pin("", "PIN", True) == OK
+    assert service.sessions.set_kv_session_pin("", "PIN", True) == OK
     work = service.evict_once(clock())
     assert work is not None and work.evicted == 2
     assert present(service, ["x000", "x001", "x002", "x003"]) == ["x000", "x001"]
@@ -1382,7 +1390,7 @@ def test_unpinned_session_objects_are_ordinary_in_lru_order() -> None:
     assert work is not None and work.evicted == 2
     assert present(service, keys_of("o", 4)) == ["o002", "o003"]
     put_many(service, ["c0", "c1"], size=KIB)  # full again; c0, c1 are the newest
-    assert service.set_kv_session_pin("", "P", False) == OK
+    assert service.sessions.set_kv_session_pin("", "P", False) == OK
     work = service.evict_once(clock())
     assert work is not None and work.evicted == 2 and not work.fallback
     # The formerly pinned objects are the least recently used: they go first.
@@ -1395,7 +1403,7 @@ def test_unpinned_session_objects_are_ordinary_in_lru_order() -> None:
 def test_closing_a_pinned_session_makes_its_objects_ordinary() -> None:
     service, clock = evicting_service()
     fill_pinned_and_plain(service, 8, 0)
-    assert service.close_kv_session("", "P") == OK
+    assert service.sessions.close_kv_session("", "P") == OK
     work = service.evict_once(clock())
     assert work is not None and work.evicted == 2 and not work.fallback
     assert present(service, ["p000", "p001"]) == []
@@ -1425,7 +1433,7 @@ def test_upsert_never_evicts_its_own_object_and_keeps_memberships() -> None:
     mount(service, size=4 * KIB)
     put(service, "k", size=KIB, sessions=["S"])  # the oldest candidate, at [0, 1K)
     put(service, "other", size=KIB)  # at [1K, 2K)
-    assert service.set_kv_session_pin("", "S", False) == OK
+    assert service.sessions.set_kv_session_pin("", "S", False) == OK
     # 2 KiB free, 3 KiB needed: "other" makes room, "k" is not taken although it is older.
     assert service.upsert_start("u", "", "k", 3 * KIB, ReplicateConfig()).code == OK
     assert service.object_of("", "other") is None
@@ -1437,7 +1445,7 @@ def test_upsert_never_evicts_its_own_object_and_keeps_memberships() -> None:
     service, _ = make_service()
     mount(service, size=4 * KIB)
     first = put(service, "k", size=2 * KIB, sessions=["S"])
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     # 2 KiB free, 3 KiB needed: only "k" itself could make room, and it may not.
     assert service.upsert_start("u", "", "k", 3 * KIB, ReplicateConfig()).code == NO_HANDLE
     meta = service.object_of("", "k")
@@ -1481,7 +1489,7 @@ def test_tagged_write_evicting_the_last_member_of_its_session_keeps_the_pin() ->
     service, _ = make_service()
     mount(service, size=2 * KIB)
     put(service, "old", size=2 * KIB, sessions=["S"])
-    assert service.set_kv_session_pin("", "S", True) == OK
+    assert service.sessions.set_kv_session_pin("", "S", True) == OK
     put(service, "new", size=2 * KIB, sessions=["S"])  # evicts "old" (fallback pass)
     assert service.object_of("", "old") is None
     service.check()
