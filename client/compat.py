@@ -1,4 +1,5 @@
-"""``MooncakeDistributedStore``: drop-in for upstream's Python store class.
+"""``MooncakeDistributedStore``: drop-in for upstream's Python store class, over the typed
+:class:`~mooncake_py.Client`.
 
 Same method names, argument order, keyword names, defaults and return conventions as upstream
 Mooncake's ``mooncake.store.MooncakeDistributedStore``:
@@ -8,13 +9,13 @@ Mooncake's ``mooncake.store.MooncakeDistributedStore``:
 - ``put`` of an existing key returns 0 and keeps the old bytes (first writer wins);
 - ``put_batch`` returns one int (the first error, or 0); the ``batch_*`` calls return lists;
 - almost nothing raises: type errors raise ``TypeError`` and ``put_parts`` with a buffer that
-  is not one-dimensional raises :class:`MooncakeError`, as upstream raises for those.
+  is not one-dimensional raises :class:`MooncakeError`, as upstream raises for those;
+- the KV-session calls (upstream's session branch) return 0 or their result and raise
+  :class:`MooncakeError` (whose message names the code) on failure.
 
-Methods called before ``setup`` (or after ``close``) return INVALID_PARAMS.
-
-Zero-copy calls (``put_from``, ``get_into`` and their batch forms) take raw addresses, which
-must lie inside a buffer registered with ``register_buffer``; others are rejected with
-INVALID_PARAMS rather than risking a wild write.
+Methods called before ``setup`` (or after ``close``) return INVALID_PARAMS (the session calls
+raise it). Every method only converts: the :class:`~mooncake_py.Client` does the work, and its
+typed exceptions become the codes upstream returns.
 
 Thread-safety: every method may be called from several threads at once.
 """
@@ -22,20 +23,18 @@ Thread-safety: every method may be called from several threads at once.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from sortedcontainers import SortedDict
 
 from mooncake_py.errors import ErrorCode, MooncakeError
-from mooncake_py.types import ReplicateConfig
+from mooncake_py.types import KvSessionInfo, KvSessionPage, ReleaseResult, ReplicateConfig
 
+from .api import Client
+from .buffers import bytes_view, parts_views
 from .config import ClientConfig
-from .core import ClientCore, config_for_keys
-from .data_plane import view_of_address
-from .sessions import KvSessionMethods
+from .results import BatchResult
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
 OK = int(ErrorCode.OK)
@@ -51,26 +50,26 @@ _POSITIONAL_SETUP = (
 )
 
 
-def _bytes_view(value: Any) -> memoryview:
-    """A flat byte view of any C-contiguous buffer (bytes, bytearray, numpy array, ...)."""
-    try:
-        view = memoryview(value)
-    except TypeError as exc:
-        raise TypeError(
-            f"expected a buffer (bytes, bytearray, memoryview, array), got {type(value).__name__}"
-        ) from exc
-    if not view.c_contiguous:
-        raise TypeError("buffer must be C-contiguous")
-    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+def _first_error(codes: Sequence[int]) -> int:
+    return next((code for code in codes if code != OK), OK)
 
 
-class MooncakeDistributedStore(KvSessionMethods):
-    """A client of a mooncake-py store; see the module docstring for conventions."""
+def _counts(codes: list[int], values: Sequence[int | None]) -> list[int]:
+    """Per key the value (bytes read) where the code is 0, else the code."""
+    return [v if c == OK and v is not None else c for c, v in zip(codes, values, strict=True)]
+
+
+class MooncakeDistributedStore:
+    """A client of a mooncake-py store; see the module docstring for conventions.
+
+    Attributes:
+        client: the typed :class:`~mooncake_py.Client` doing the work (None before ``setup``
+            and after ``close``); use it directly for exceptions and typed results.
+    """
 
     def __init__(self) -> None:
-        self._core: ClientCore | None = None
+        self.client: Client | None = None
         self._lock = threading.Lock()
-        self._registered: SortedDict = SortedDict()
 
     # ------------------------------------------------------------------------------------------
     # Lifecycle
@@ -93,14 +92,12 @@ class MooncakeDistributedStore(KvSessionMethods):
     def setup_with_config(self, config: ClientConfig) -> int:
         """Join the store with an explicit :class:`ClientConfig`; returns 0 or a negative code."""
         with self._lock:
-            if self._core is not None:
+            if self.client is not None:
                 return INVALID
             try:
-                self._core = ClientCore(config)
+                self.client = Client(config)
             except MooncakeError as exc:
                 return exc.code
-            except OSError:
-                return int(ErrorCode.INTERNAL_ERROR)
         return OK
 
     @staticmethod
@@ -121,63 +118,78 @@ class MooncakeDistributedStore(KvSessionMethods):
     def close(self) -> int:
         """Leave the store: unmount the segment (its objects are dropped) and stop. Returns 0."""
         with self._lock:
-            core, self._core = self._core, None
-        if core is not None:
-            core.close()
+            client, self.client = self.client, None
+        if client is not None:
+            client.close()
         return OK
 
     def health_check(self) -> int:
         """0 healthy, 1 not set up or closed, 2 master unreachable (last ping failed)."""
-        core = self._core
-        if core is None:
+        client = self.client
+        if client is None:
             return 1
-        return 0 if core.heartbeat.master_reachable else 2
+        return 0 if client.master_reachable else 2
 
     def get_hostname(self) -> str:
         """The name of this client's segment (``host:port``), or "" before setup."""
-        core = self._core
-        return core.hostname if core is not None else ""
+        client = self.client
+        return client.hostname if client is not None else ""
 
     # ------------------------------------------------------------------------------------------
     # Buffer registration
 
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
         """Allow zero-copy calls on ``[buffer_ptr, buffer_ptr + size)``; returns 0 or -600."""
-        if self._core is None or buffer_ptr <= 0 or size <= 0:
-            return INVALID
-        with self._lock:
-            self._registered[buffer_ptr] = size
-        return OK
+        return self._status(lambda c: c.register_buffer(buffer_ptr, size))
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
         """Forget a registered buffer; returns 0, or -600 when it was not registered."""
-        with self._lock:
-            return OK if self._registered.pop(buffer_ptr, None) is not None else INVALID
+        return self._status(lambda c: c.unregister_buffer(buffer_ptr))
 
-    def _registered_view(self, buffer_ptr: int, size: int) -> memoryview | None:
-        if buffer_ptr <= 0 or size <= 0:
-            return None
-        with self._lock:
-            index = self._registered.bisect_right(buffer_ptr) - 1
-            if index < 0:
-                return None
-            start, length = self._registered.peekitem(index)
-        if buffer_ptr + size > start + length:
-            return None
-        return view_of_address(buffer_ptr, size)
+    def _status(self, call: Callable[[Client], object]) -> int:
+        """Run ``call(client)``; 0, or the code of its error (INVALID_PARAMS before setup)."""
+        client = self.client
+        if client is None:
+            return INVALID
+        try:
+            call(client)
+        except MooncakeError as exc:
+            return exc.code
+        return OK
+
+    def _value(self, call: Callable[[Client], int]) -> int:
+        """Run ``call(client)`` for an int result; the result, or the code of its error."""
+        client = self.client
+        if client is None:
+            return INVALID
+        try:
+            return int(call(client))
+        except MooncakeError as exc:
+            return exc.code
+
+    def _codes(self, count: int, call: Callable[[Client], BatchResult[Any]]) -> list[int]:
+        """Run ``call(client)`` for a batch result; its codes, or its error's code per key."""
+        client = self.client
+        if client is None:
+            return [INVALID] * count
+        try:
+            return list(call(client).codes)
+        except MooncakeError as exc:
+            return [exc.code] * count
 
     # ------------------------------------------------------------------------------------------
     # Writes
 
     def put(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
         """Store ``value`` under ``key``; 0 on success or when the key exists, else negative."""
-        return self._write([key], [[_bytes_view(value)]], config, upsert=False)[0]
+        view = bytes_view(value)
+        return self._status(lambda c: c.put(key, view, config))
 
     def put_batch(
         self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None
     ) -> int:
         """Store each value; returns 0 or the first per-key error."""
-        return self._write_batch(keys, values, config, upsert=False)
+        return _first_error(self._codes(len(keys), lambda c: c.put_batch(keys, values, config)))
 
     def put_parts(self, key: str, *parts: Any, config: ReplicateConfig | None = None) -> int:
         """Store the concatenation of ``parts`` without joining them first.
@@ -185,13 +197,14 @@ class MooncakeDistributedStore(KvSessionMethods):
         Raises:
             MooncakeError: a part is not a one-dimensional buffer (as upstream).
         """
-        return self._write([key], [_parts_views(parts)], config, upsert=False)[0]
+        parts_views(parts)  # raises for a part that is not one-dimensional, as upstream
+        return self._status(lambda c: c.put_parts(key, *parts, config=config))
 
     def put_from(
         self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
     ) -> int:
         """Store ``size`` bytes read from registered memory at ``buffer_ptr``."""
-        return self._write_from([key], [buffer_ptr], [size], config, upsert=False)[0]
+        return self._status(lambda c: c.put_from(key, buffer_ptr, size, config))
 
     def batch_put_from(
         self,
@@ -201,28 +214,30 @@ class MooncakeDistributedStore(KvSessionMethods):
         config: ReplicateConfig | None = None,
     ) -> list[int]:
         """Store each ``sizes[i]`` bytes at ``buffer_ptrs[i]`` under ``keys[i]``; per-key codes."""
-        return self._write_from(keys, buffer_ptrs, sizes, config, upsert=False)
+        return self._codes(len(keys), lambda c: c.batch_put_from(keys, buffer_ptrs, sizes, config))
 
     def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
         """Create or replace ``key``; 0, OBJECT_REPLICA_BUSY (-714) while a reader holds it,
         or another negative code."""
-        return self._write([key], [[_bytes_view(value)]], config, upsert=True)[0]
+        view = bytes_view(value)
+        return self._status(lambda c: c.upsert(key, view, config))
 
     def upsert_batch(
         self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None
     ) -> int:
         """Create or replace each key; returns 0 or the first per-key error."""
-        return self._write_batch(keys, values, config, upsert=True)
+        return _first_error(self._codes(len(keys), lambda c: c.upsert_batch(keys, values, config)))
 
     def upsert_parts(self, key: str, *parts: Any, config: ReplicateConfig | None = None) -> int:
         """Create or replace ``key`` with the concatenation of ``parts``."""
-        return self._write([key], [_parts_views(parts)], config, upsert=True)[0]
+        parts_views(parts)  # raises for a part that is not one-dimensional, as upstream
+        return self._status(lambda c: c.upsert_parts(key, *parts, config=config))
 
     def upsert_from(
         self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
     ) -> int:
         """Create or replace ``key`` from registered memory."""
-        return self._write_from([key], [buffer_ptr], [size], config, upsert=True)[0]
+        return self._status(lambda c: c.upsert_from(key, buffer_ptr, size, config))
 
     def batch_upsert_from(
         self,
@@ -232,53 +247,9 @@ class MooncakeDistributedStore(KvSessionMethods):
         config: ReplicateConfig | None = None,
     ) -> list[int]:
         """Create or replace each key from registered memory; per-key codes."""
-        return self._write_from(keys, buffer_ptrs, sizes, config, upsert=True)
-
-    def _write_batch(
-        self,
-        keys: Sequence[str],
-        values: Sequence[Any],
-        config: ReplicateConfig | None,
-        upsert: bool,
-    ) -> int:
-        if len(keys) != len(values):
-            return INVALID
-        results = self._write(keys, [[_bytes_view(v)] for v in values], config, upsert)
-        return next((code for code in results if code != OK), OK)
-
-    def _write_from(
-        self,
-        keys: Sequence[str],
-        buffer_ptrs: Sequence[int],
-        sizes: Sequence[int],
-        config: ReplicateConfig | None,
-        upsert: bool,
-    ) -> list[int]:
-        config = config or ReplicateConfig()
-        tags = config.kv_sessions
-        if not len(keys) == len(buffer_ptrs) == len(sizes) or (tags and len(tags) != len(keys)):
-            return [INVALID] * len(keys)
-        views = [self._registered_view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
-        valid = [i for i, v in enumerate(views) if v is not None]
-        results = [INVALID] * len(keys)
-        values = [[view] for view in views if view is not None]
-        subset = config if len(valid) == len(keys) else config_for_keys(config, valid)
-        written = self._write([keys[i] for i in valid], values, subset, upsert)
-        for i, code in zip(valid, written, strict=True):
-            results[i] = code
-        return results
-
-    def _write(
-        self,
-        keys: Sequence[str],
-        values: list[list[memoryview]],
-        config: ReplicateConfig | None,
-        upsert: bool,
-    ) -> list[int]:
-        core = self._core
-        if core is None or not _keys_ok(keys):
-            return [INVALID] * len(keys)
-        return core.put_many(keys, values, config or ReplicateConfig(), upsert)
+        return self._codes(
+            len(keys), lambda c: c.batch_upsert_from(keys, buffer_ptrs, sizes, config)
+        )
 
     # ------------------------------------------------------------------------------------------
     # Reads
@@ -289,36 +260,14 @@ class MooncakeDistributedStore(KvSessionMethods):
 
     def get_batch(self, keys: Sequence[str]) -> list[bytes]:
         """Values of ``keys``, ``b""`` for each miss; ``[b""]`` for an empty list (as upstream)."""
-        core = self._core
-        if core is None or not keys:
+        client = self.client
+        if client is None or not keys:
             return [b""]
-        if not _keys_ok(keys):
+        try:
+            result = client.get_batch(keys)
+        except MooncakeError:
             return [b""] * len(keys)
-        started = time.monotonic()
-        located = core.locate(keys)
-        values = [b""] * len(keys)
-        remote: list[int] = []
-        for i, loc in enumerate(located):
-            if loc.code != OK:
-                continue
-            mapped = next(filter(None, map(core.data.memory_of, loc.replicas)), None)
-            if mapped is None:
-                remote.append(i)
-            else:
-                values[i] = bytes(mapped[: loc.size])  # one copy, straight out of the segment
-        if remote:
-            buffers = [bytearray(located[i].size) for i in remote]
-            codes = core.read_located(
-                [located[i] for i in remote], [memoryview(b) for b in buffers], started
-            )
-            for i, buffer, code in zip(remote, buffers, codes, strict=True):
-                if code >= 0:
-                    values[i] = bytes(buffer)
-        if len(remote) < len(keys) and core.lease_outlived(located, started):
-            # Copies out of mapped segments are trusted only within their read lease.
-            fetched = set(remote)
-            values = [v if i in fetched else b"" for i, v in enumerate(values)]
-        return values
+        return [v if v is not None else b"" for v in result.values]
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Read ``key`` into registered memory; returns the bytes read or a negative code."""
@@ -331,27 +280,14 @@ class MooncakeDistributedStore(KvSessionMethods):
 
         A buffer smaller than its object gives INVALID_PARAMS; a miss OBJECT_NOT_FOUND.
         """
-        core = self._core
-        if core is None or not len(keys) == len(buffer_ptrs) == len(sizes) or not _keys_ok(keys):
+        client = self.client
+        if client is None:
             return [INVALID] * len(keys)
-        started = time.monotonic()
-        located = core.locate(keys)
-        results = [loc.code for loc in located]
-        readable: list[int] = []
-        views: list[memoryview] = []
-        for i, loc in enumerate(located):
-            if loc.code != OK:
-                continue
-            view = self._registered_view(buffer_ptrs[i], sizes[i]) if loc.size <= sizes[i] else None
-            if view is None:
-                results[i] = INVALID
-                continue
-            readable.append(i)
-            views.append(view[: loc.size])
-        codes = core.read_located([located[i] for i in readable], views, started)
-        for i, code in zip(readable, codes, strict=True):
-            results[i] = code
-        return results
+        try:
+            result = client.batch_get_into(keys, buffer_ptrs, sizes)
+        except MooncakeError as exc:
+            return [exc.code] * len(keys)
+        return _counts(result.codes, result.values)
 
     def get_buffer(self, key: str) -> pa.Buffer | None:
         """The value as a ``pyarrow.Buffer``: zero-copy over a same-host replica (valid while
@@ -360,31 +296,13 @@ class MooncakeDistributedStore(KvSessionMethods):
 
     def batch_get_buffer(self, keys: Sequence[str]) -> list[pa.Buffer | None]:
         """:meth:`get_buffer` for each key, with one lookup."""
-        core = self._core
-        if core is None or not keys or not _keys_ok(keys):
+        client = self.client
+        if client is None or not keys:
             return [None] * len(keys)
-        started = time.monotonic()
-        located = core.locate(keys)
-        results: list[pa.Buffer | None] = [None] * len(keys)
-        copy_needed: list[int] = []
-        for i, loc in enumerate(located):
-            if loc.code != OK:
-                continue
-            mapped = next(filter(None, map(core.data.mapped_address, loc.replicas)), None)
-            if mapped is None:
-                copy_needed.append(i)
-                continue
-            address, owner = mapped
-            results[i] = pa.foreign_buffer(address, loc.size, base=owner)
-        if copy_needed:
-            buffers = [bytearray(located[i].size) for i in copy_needed]
-            codes = core.read_located(
-                [located[i] for i in copy_needed], [memoryview(b) for b in buffers], started
-            )
-            for i, buffer, code in zip(copy_needed, buffers, codes, strict=True):
-                if code >= 0:
-                    results[i] = pa.py_buffer(buffer)
-        return results
+        try:
+            return list(client.batch_get_buffer(keys).values)
+        except MooncakeError:
+            return [None] * len(keys)
 
     # ------------------------------------------------------------------------------------------
     # Queries and removal
@@ -395,25 +313,19 @@ class MooncakeDistributedStore(KvSessionMethods):
 
     def batch_is_exist(self, keys: Sequence[str]) -> list[int]:
         """Per key 1, 0 or a negative code, in one round trip."""
-        core = self._core
-        if core is None or not _keys_ok(keys):
+        client = self.client
+        if client is None:
             return [INVALID] * len(keys)
-        if not keys:
-            return []
         try:
-            if len(keys) == 1:
-                return [core.master.exist_key(core.tenant, keys[0])]
-            return core.master.batch_exist_key(core.tenant, keys)
+            result = client.batch_is_exist(keys)
         except MooncakeError as exc:
             return [exc.code] * len(keys)
+        found = result.values
+        return [1 if hit else code for code, hit in zip(result.codes, found, strict=True)]
 
     def get_size(self, key: str) -> int:
         """The size of ``key`` in bytes, or a negative code (grants a read lease)."""
-        core = self._core
-        if core is None or not _keys_ok([key]):
-            return INVALID
-        located = core.locate([key])[0]
-        return located.size if located.code == OK else located.code
+        return self._value(lambda c: c.get_size(key))
 
     def remove(self, key: str, force: bool = False) -> int:
         """Delete ``key``: 0, -704 missing, -706 leased (unless ``force``), -703 being written."""
@@ -421,62 +333,96 @@ class MooncakeDistributedStore(KvSessionMethods):
 
     def batch_remove(self, keys: Sequence[str], force: bool = False) -> list[int]:
         """Delete each key; per-key codes as :meth:`remove`."""
-        core = self._core
-        if core is None or not _keys_ok(keys):
-            return [INVALID] * len(keys)
-        if not keys:
-            return []
-        try:
-            if len(keys) == 1:
-                return [core.master.remove(core.tenant, keys[0], force)]
-            return core.master.batch_remove(core.tenant, keys, force)
-        except MooncakeError as exc:
-            return [exc.code] * len(keys)
+        return self._codes(len(keys), lambda c: c.batch_remove(keys, force))
 
     def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
         """Delete every key matching the pattern; the count removed, or -600 for a bad regex."""
-        core = self._core
-        if core is None or not isinstance(regex_pattern, str):
-            return INVALID
-        try:
-            return core.master.remove_by_regex(core.tenant, regex_pattern, force)
-        except MooncakeError as exc:
-            return exc.code
+        return self._value(lambda c: c.remove_by_regex(regex_pattern, force))
 
     def remove_all(self, force: bool = False) -> int:
         """Delete every removable key of this tenant; the count removed."""
-        core = self._core
-        if core is None:
-            return INVALID
-        try:
-            return core.master.remove_all(core.tenant, force)
-        except MooncakeError as exc:
-            return exc.code
+        return self._value(lambda c: c.remove_all(force))
 
+    # ------------------------------------------------------------------------------------------
+    # KV sessions: these raise MooncakeError, as upstream's session branch does
 
-def _parts_views(parts: Sequence[Any]) -> list[memoryview]:
-    views = []
-    for part in parts:
-        view = memoryview(part)
-        if view.ndim != 1:
-            raise MooncakeError(ErrorCode.INVALID_PARAMS, "parts must be one-dimensional buffers")
-        views.append(_bytes_view(view))
-    return views
+    def _session_client(self) -> Client:
+        client = self.client
+        if client is None:
+            raise MooncakeError(ErrorCode.INVALID_PARAMS, "the store is not set up")
+        return client
 
+    def attach_kv_session(self, session_id: str, keys: Sequence[str]) -> list[int]:
+        """Add existing objects to a session; per key 0, -704 or -1802 (nothing added).
 
-def _keys_ok(keys: Sequence[str]) -> bool:
-    """Every key a non-empty string that encodes as UTF-8 (checked in bulk: batches of
-    thousands of keys are common, and this runs before every call)."""
-    try:
-        joined = "\n".join(keys)
-    except TypeError:
-        return False
-    if not all(keys):
-        return False
-    if joined.isascii():
-        return True
-    try:
-        joined.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+        Raises:
+            MooncakeError: INVALID_PARAMS for a bad id or key or too many keys; RPC_FAIL.
+        """
+        return list(self._session_client().attach_kv_session(session_id, keys).codes)
+
+    def pin_kv_session(self, session_id: str) -> int:
+        """Protect the session's objects from ordinary eviction; returns 0.
+
+        Raises:
+            MooncakeError: SESSION_NOT_FOUND, INVALID_PARAMS, RPC_FAIL.
+        """
+        self._session_client().pin_kv_session(session_id)
+        return OK
+
+    def unpin_kv_session(self, session_id: str) -> int:
+        """Remove this session's protection; returns 0. Raises as :meth:`pin_kv_session`."""
+        self._session_client().unpin_kv_session(session_id)
+        return OK
+
+    def update_kv_session(self, session_id: str, keep_keys: Sequence[str]) -> int:
+        """Keep only members in ``keep_keys``; returns 0.
+
+        Raises:
+            MooncakeError: SESSION_LIMIT_EXCEEDED, INVALID_PARAMS, RPC_FAIL.
+        """
+        self._session_client().update_kv_session(session_id, keep_keys)
+        return OK
+
+    def close_kv_session(self, session_id: str) -> int:
+        """Drop the session's memberships and pin (data stays cached); returns 0. Idempotent."""
+        self._session_client().close_kv_session(session_id)
+        return OK
+
+    def get_kv_session(self, session_id: str) -> KvSessionInfo:
+        """The session's info. Raises MooncakeError (SESSION_NOT_FOUND, ...)."""
+        return self._session_client().get_kv_session(session_id)
+
+    def list_kv_session_keys(
+        self, session_id: str, cursor: str = "", limit: int = 1024
+    ) -> KvSessionPage:
+        """One page of the session's keys after ``cursor`` (exclusive), in key order."""
+        return self._session_client().list_kv_session_keys(session_id, cursor, limit)
+
+    def list_kv_sessions(
+        self,
+        cursor: str = "",
+        limit: int = 1024,
+        pinned: bool | None = None,
+        min_idle_ms: int = 0,
+    ) -> tuple[list[KvSessionInfo], str]:
+        """One page of this tenant's sessions and the next cursor ("" when done)."""
+        listing = self._session_client().list_kv_sessions(cursor, limit, pinned, min_idle_ms)
+        return listing.sessions, listing.next_cursor
+
+    def release_kv_session(self, session_id: str) -> ReleaseResult:
+        """Close the session and remove its members that nothing else needs."""
+        return self._session_client().release_kv_session(session_id)
+
+    def release_stale_kv_sessions(
+        self, max_idle_ms: int, include_pinned: bool = False
+    ) -> ReleaseResult:
+        """Release every session idle for longer than ``max_idle_ms``; returns the totals."""
+        return self._session_client().release_stale_kv_sessions(max_idle_ms, include_pinned)
+
+    def release_all_kv_sessions(self, confirm: bool = False) -> ReleaseResult:
+        """Release every session of this tenant (INVALID_PARAMS unless ``confirm``)."""
+        return self._session_client().release_all_kv_sessions(confirm)
+
+    def release_kv_cache(self, keep_pinned: bool = True) -> ReleaseResult:
+        """Remove every KV-cache object of this tenant while other data stays resident."""
+        return self._session_client().release_kv_cache(keep_pinned)

@@ -21,9 +21,9 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from mooncake_py.errors import ErrorCode, MooncakeError
+from mooncake_py.errors import ErrorCode, MooncakeError, error_for
 from mooncake_py.types import PutStartResult, ReplicaListResult, ReplicateConfig, SegmentInfo
 
 from .config import ClientConfig
@@ -55,14 +55,17 @@ class ClientCore:
 
     Args:
         config: validated client configuration.
+        clock: monotonic seconds; read leases are measured with it.
 
     Raises:
         MooncakeError: joining failed (master unreachable, segment cannot be created or
-            mounted); everything started so far is torn down.
+            mounted), as the code's family class; everything started so far is torn down.
+        OSError: the shared-memory segment could not be created.
     """
 
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(self, config: ClientConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self._clock = clock
         self.client_id = str(uuid.uuid4())
         # With a token and no explicit tenant, the token's tenant applies (sent as "").
         explicit = config.tenant_id != "default" or not config.auth_token
@@ -124,10 +127,10 @@ class ClientCore:
             )
             code = self.master.mount_segment(self.client_id, self._segment_info)
             if code != OK:
-                raise MooncakeError(code, "mounting the segment failed")
+                raise error_for(code, "mounting the segment failed")
         code = self.master.remount_segments(self.client_id, self.segments())
         if code != OK:
-            raise MooncakeError(code, "registering with the master failed")
+            raise error_for(code, "registering with the master failed")
 
     def _lookup_segment(self, segment_uuid: bytes) -> memoryview | None:
         segment = self._segment
@@ -247,7 +250,7 @@ class ClientCore:
         Args:
             located: successful replica lists.
             buffers: destinations, each exactly ``located[i].size`` bytes.
-            started_at: ``time.monotonic()`` taken before the lookup; the lease counts from it.
+            started_at: this client's clock, read before the lookup; the lease counts from it.
 
         Returns:
             Per item: the object's size, TRANSFER_FAIL, or LEASE_EXPIRED.
@@ -255,7 +258,7 @@ class ClientCore:
         codes = self.data.read(
             [ReadItem(loc.replicas, buf) for loc, buf in zip(located, buffers, strict=True)]
         )
-        elapsed_ms = (time.monotonic() - started_at) * 1000.0
+        elapsed_ms = (self._clock() - started_at) * 1000.0
         results: list[int] = []
         for loc, code in zip(located, codes, strict=True):
             if code != OK:
@@ -266,11 +269,10 @@ class ClientCore:
                 results.append(loc.size)
         return results
 
-    @staticmethod
-    def lease_outlived(located: Sequence[ReplicaListResult], started_at: float) -> bool:
+    def lease_outlived(self, located: Sequence[ReplicaListResult], started_at: float) -> bool:
         """True when the time since ``started_at`` exceeds the shortest lease granted."""
         leases = [loc.lease_ttl_ms for loc in located if loc.code == OK and loc.lease_ttl_ms]
-        return bool(leases) and (time.monotonic() - started_at) * 1000.0 > min(leases)
+        return bool(leases) and (self._clock() - started_at) * 1000.0 > min(leases)
 
     # -- lifecycle -------------------------------------------------------------------------
 

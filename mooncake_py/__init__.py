@@ -1,12 +1,47 @@
 """mooncake-py: a Mooncake-style distributed KV object store for LLM KV-cache offload.
 
-Drop-in for upstream's Python API::
+The typed API raises one exception class per family of error codes and returns per-key
+results for batches::
+
+    from mooncake_py import Client, ClientConfig
+
+    with Client(ClientConfig(master_server_addr="127.0.0.1:50051")) as client:
+        client.put("key", b"value")
+        assert client.get("key") == b"value"
+
+The drop-in for upstream's Python API keeps its int / bytes / list conventions::
 
     from mooncake_py import MooncakeDistributedStore, ReplicateConfig
 """
 
-from mooncake_py.client import AsyncMooncakeStore, ClientConfig, MooncakeDistributedStore
-from mooncake_py.errors import ErrorCode, MooncakeError
+from mooncake_py.client import (
+    AsyncClient,
+    AsyncMooncakeStore,
+    BatchResult,
+    Client,
+    ClientConfig,
+    KeyResult,
+    KvSessionListing,
+    MooncakeDistributedStore,
+    SegmentStatus,
+)
+from mooncake_py.errors import (
+    AlreadyExistsError,
+    AuthenticationError,
+    BusyError,
+    ErrorCode,
+    InternalError,
+    InvalidParamsError,
+    LeaseExpiredError,
+    LimitExceededError,
+    MooncakeError,
+    NoSpaceError,
+    NotFoundError,
+    NotSupportedError,
+    PermissionDeniedError,
+    TransferError,
+    UnavailableError,
+)
 from mooncake_py.types import (
     KvSessionInfo,
     KvSessionPage,
@@ -20,17 +55,36 @@ from mooncake_py.types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadyExistsError",
+    "AsyncClient",
     "AsyncMooncakeStore",
+    "AuthenticationError",
+    "BatchResult",
+    "BusyError",
+    "Client",
     "ClientConfig",
     "ErrorCode",
+    "InternalError",
+    "InvalidParamsError",
+    "KeyResult",
     "KvSessionInfo",
+    "KvSessionListing",
     "KvSessionPage",
+    "LeaseExpiredError",
+    "LimitExceededError",
     "MooncakeDistributedStore",
     "MooncakeError",
+    "NoSpaceError",
+    "NotFoundError",
+    "NotSupportedError",
+    "PermissionDeniedError",
     "ObjectDataType",
     "ReleaseResult",
     "ReplicaStatus",
     "ReplicateConfig",
+    "SegmentStatus",
     "SoftPinAction",
+    "TransferError",
+    "UnavailableError",
     "__version__",
 ]

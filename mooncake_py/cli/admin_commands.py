@@ -14,7 +14,8 @@ from mooncake_py.cli.common import (
     CliError,
     CommonParents,
     Context,
-    check_code,
+    about,
+    describe_failure,
 )
 from mooncake_py.cli.output import (
     Column,
@@ -25,8 +26,7 @@ from mooncake_py.cli.output import (
     format_size,
 )
 from mooncake_py.cli.session_commands import emit_release
-from mooncake_py.client.compat import MooncakeDistributedStore
-from mooncake_py.errors import ErrorCode
+from mooncake_py.errors import BusyError, ErrorCode, MooncakeError
 
 SEGMENT_COLUMNS = (
     Column("segment_id", "SEGMENT"),
@@ -45,16 +45,17 @@ SEGMENT_COLUMNS = (
 def cmd_segments_ls(ctx: Context) -> int:
     """``segments ls``: every mounted segment with its use."""
     rows: list[dict[str, Any]] = []
-    for segment, client_id, used, allocations in ctx.master.list_segments():
+    for status in ctx.client.segments():
+        segment, used = status.segment, status.used_bytes
         rows.append(
             {
                 "segment_id": segment.id,
                 "name": segment.name,
-                "client_id": client_id,
+                "client_id": status.client_id,
                 "size": segment.size,
                 "used_bytes": used,
                 "used_percent": 100.0 * used / segment.size if segment.size else 0.0,
-                "allocations": allocations,
+                "allocations": status.allocations,
                 "te_endpoint": segment.te_endpoint,
                 "protocol": segment.protocol,
                 "host_id": segment.host_id,
@@ -67,7 +68,7 @@ def cmd_segments_ls(ctx: Context) -> int:
 
 def cmd_stats(ctx: Context) -> int:
     """``stats``: the master's counters (sizes shown in binary units)."""
-    stats = ctx.master.get_stats()
+    stats = ctx.client.stats()
     fields = [
         Column(name, name, "bytes" if name.endswith("_bytes") else "int") for name in sorted(stats)
     ]
@@ -83,28 +84,10 @@ def cmd_release_kv_cache(ctx: Context) -> int:
         f"remove every KV-cache object of {ctx.tenant_label} ({scope} pinned "
         "sessions' objects; other data types stay)?"
     )
-    code, result = ctx.master.release_kv_cache(ctx.tenant, not include_pinned)
-    check_code(code, "release of the KV cache")
+    with about("release of the KV cache"):
+        result = ctx.client.release_kv_cache(keep_pinned=not include_pinned)
     emit_release(ctx, "released the KV cache", result)
     return EXIT_OK
-
-
-def _open_store(ctx: Context) -> MooncakeDistributedStore:
-    # Reachability and the token are checked first so that failures keep their exit code
-    # (the store's setup reports every failure as one RPC_FAIL code).
-    ctx.master.service_ready()
-    store = MooncakeDistributedStore()
-    config = {
-        "master_server_address": ctx.address,
-        "global_segment_size": 0,
-        "auth_token": ctx.token,
-        # With a token, "default" lets the token decide the tenant.
-        "tenant_id": ctx.tenant or "default",
-        "rpc_timeout_s": ctx.timeout_s,
-    }
-    code = store.setup(config)
-    check_code(code, "connecting to the store")
-    return store
 
 
 def cmd_keys_get(ctx: Context) -> int:
@@ -113,16 +96,9 @@ def cmd_keys_get(ctx: Context) -> int:
     output: str | None = ctx.args.value_file
     if ctx.out.file_format:
         raise UsageError("keys get writes the value itself: use --output FILE without --format")
-    store = _open_store(ctx)
-    try:
-        size = store.get_size(key)
-        if size < 0:
-            check_code(size, f"key {key!r}")
-        value = store.get(key)
-    finally:
-        store.close()
-    if len(value) != size:
-        raise CliError(EXIT_STORE_ERROR, f"key {key!r}: reading {size} bytes failed")
+    with about(f"key {key!r}"):
+        value = ctx.client.get(key)
+    size = len(value)
     if output and output != "-":
         Path(output).write_bytes(value)
         if ctx.out.json:
@@ -144,12 +120,16 @@ def cmd_keys_rm(ctx: Context) -> int:
     key: str = ctx.args.key
     force: bool = ctx.args.force
     ctx.confirm(f"remove key {key!r}{' (forced, even while read)' if force else ''}?")
-    code = ctx.master.remove(ctx.tenant, key, force)
-    if code == ErrorCode.OBJECT_HAS_LEASE:
-        raise CliError(EXIT_STORE_ERROR, f"key {key!r} is being read (leased); retry or --force")
-    if code == ErrorCode.REPLICA_IS_NOT_READY:
-        raise CliError(EXIT_STORE_ERROR, f"key {key!r} is being written; retry later")
-    check_code(code, f"key {key!r}")
+    try:
+        ctx.client.remove(key, force)
+    except BusyError as exc:
+        if exc.code == ErrorCode.OBJECT_HAS_LEASE:
+            message = f"key {key!r} is being read (leased); retry or --force"
+        else:
+            message = f"key {key!r} is being written; retry later"
+        raise CliError(EXIT_STORE_ERROR, message) from exc
+    except MooncakeError as exc:
+        raise describe_failure(exc, f"key {key!r}") from exc
     if ctx.out.json:
         emit_json(ctx.out, {"key": key, "removed": True})
     else:

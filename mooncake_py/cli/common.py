@@ -4,14 +4,24 @@ tenant selection and confirmation of destructive commands."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from mooncake_py.cli.output import OutputOptions, UsageError, parse_duration
-from mooncake_py.client.master_rpc import MasterClient
-from mooncake_py.errors import ErrorCode
+from mooncake_py.client.api import Client
+from mooncake_py.client.config import ClientConfig
+from mooncake_py.errors import (
+    ErrorCode,
+    InvalidParamsError,
+    MooncakeError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+    error_class_of,
+)
 
 EXIT_OK = 0
 EXIT_ABORTED = 1
@@ -41,37 +51,44 @@ class CliError(Exception):
         self.message = message
 
 
+_EXIT_OF_FAMILY: tuple[tuple[type[MooncakeError], int], ...] = (
+    (NotFoundError, EXIT_NOT_FOUND),
+    (UnavailableError, EXIT_UNREACHABLE),
+    (PermissionDeniedError, EXIT_DENIED),
+    (InvalidParamsError, EXIT_USAGE),
+)
+
+
 def exit_code_of(code: int) -> int:
-    """The exit code for a store error code."""
-    if code in (ErrorCode.SESSION_NOT_FOUND, ErrorCode.OBJECT_NOT_FOUND):
-        return EXIT_NOT_FOUND
-    if code in (ErrorCode.RPC_FAIL, ErrorCode.RPC_TIMEOUT):
-        return EXIT_UNREACHABLE
-    if code == ErrorCode.INVALID_PARAMS:
-        return EXIT_USAGE
-    return EXIT_STORE_ERROR
+    """The exit code for a (non-zero) store error code, by its exception family."""
+    family = error_class_of(code)
+    return next((exit for cls, exit in _EXIT_OF_FAMILY if issubclass(family, cls)), 6)
 
 
-def check_code(code: int, what: str) -> None:
-    """Raise a :class:`CliError` for a non-zero store code.
-
-    Args:
-        code: 0 or a negative :class:`ErrorCode`.
-        what: the thing concerned, e.g. ``"session 'conv-1'"``.
-
-    Raises:
-        CliError: with the exit code of ``code`` and a message naming ``what``.
-    """
-    if code == 0:
-        return
-    name = ErrorCode.name_of(code)
-    if code == ErrorCode.SESSION_NOT_FOUND or code == ErrorCode.OBJECT_NOT_FOUND:
+def describe_failure(exc: MooncakeError, what: str) -> CliError:
+    """The :class:`CliError` reporting ``exc`` about ``what`` (e.g. ``"session 'conv-1'"``)."""
+    if isinstance(exc, NotFoundError):
         message = f"{what} not found"
-    elif code == ErrorCode.INVALID_PARAMS:
-        message = f"invalid request for {what} (INVALID_PARAMS)"
+    elif isinstance(exc, InvalidParamsError):
+        message = f"invalid request for {what} ({ErrorCode.name_of(exc.code)})"
     else:
-        message = f"{what}: {name} ({code})"
-    raise CliError(exit_code_of(code), message)
+        message = f"{what}: {ErrorCode.name_of(exc.code)} ({exc.code})"
+    return CliError(exit_code_of(exc.code), message)
+
+
+@contextlib.contextmanager
+def about(what: str) -> Iterator[None]:
+    """Report a store error raised in the block as a :class:`CliError` naming ``what``.
+
+    Unreachable masters and refused tokens pass through: the command runner reports them
+    with the master's address and the tenant.
+    """
+    try:
+        yield
+    except (UnavailableError, PermissionDeniedError):
+        raise
+    except MooncakeError as exc:
+        raise describe_failure(exc, what) from exc
 
 
 def duration_ms(text: str) -> int:
@@ -114,7 +131,7 @@ class Context:
     timeout_s: float
     out: OutputOptions
     yes: bool
-    _master: MasterClient | None = None
+    _client: Client | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Context:
@@ -137,16 +154,24 @@ class Context:
         return cls(args, address, token, tenant, args.timeout, out, args.yes)
 
     @property
-    def master(self) -> MasterClient:
-        """The master client, connected on first use (over the stream channel when offered)."""
-        if self._master is None:
-            master = MasterClient(self.address, self.timeout_s, True, self.token)
-            self._master = master
-            # Fails with the typed error (unreachable, unauthenticated) within one deadline;
-            # connect_stream would swallow it and the next call would wait again.
-            master.service_ready()
-            master.connect_stream()
-        return self._master
+    def client(self) -> Client:
+        """The store client, joined on first use; it contributes no memory.
+
+        Raises:
+            UnavailableError, AuthenticationError: the master is unreachable or refused the
+                token (the command runner reports them).
+        """
+        if self._client is None:
+            config = ClientConfig(
+                master_server_addr=self.address,
+                global_segment_size=0,
+                auth_token=self.token,
+                # With a token, "default" lets the token decide the tenant.
+                tenant_id=self.tenant or "default",
+                rpc_timeout_s=self.timeout_s,
+            )
+            self._client = Client(config)
+        return self._client
 
     @property
     def tenant_label(self) -> str:
@@ -155,9 +180,9 @@ class Context:
 
     def close(self) -> None:
         """Close the connection, if one was opened."""
-        if self._master is not None:
-            self._master.close()
-            self._master = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def confirm(self, action: str) -> None:
         """Ask ``<action> proceed? [y/N]`` on stderr and read the answer from stdin.

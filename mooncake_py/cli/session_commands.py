@@ -19,7 +19,7 @@ from mooncake_py.cli.common import (
     CliError,
     CommonParents,
     Context,
-    check_code,
+    about,
     duration_ms,
     positive_int,
 )
@@ -92,11 +92,10 @@ def fetch_sessions(ctx: Context, pinned: bool | None, min_idle_ms: int) -> list[
     infos: list[KvSessionInfo] = []
     cursor = ""
     while True:
-        code, page, cursor = ctx.master.list_kv_sessions(
-            ctx.tenant, cursor, PAGE_LIMIT, pinned, min_idle_ms
-        )
-        check_code(code, "the session listing")
-        infos.extend(page)
+        with about("the session listing"):
+            listing = ctx.client.list_kv_sessions(cursor, PAGE_LIMIT, pinned, min_idle_ms)
+        infos.extend(listing.sessions)
+        cursor = listing.next_cursor
         if not cursor:
             return infos
 
@@ -115,10 +114,8 @@ def get_session(ctx: Context, session_id: str) -> KvSessionInfo:
     Raises:
         CliError: EXIT_NOT_FOUND for an unknown session, or another refusal.
     """
-    code, info = ctx.master.get_kv_session(ctx.tenant, session_id)
-    check_code(code, f"session {session_id!r}")
-    assert info is not None
-    return info
+    with about(f"session {session_id!r}"):
+        return ctx.client.get_kv_session(session_id)
 
 
 def emit_release(ctx: Context, title: str, result: ReleaseResult) -> None:
@@ -176,9 +173,8 @@ def cmd_keys(ctx: Context) -> int:
     keys: list[str] = []
     cursor = ""
     while True:
-        code, page = ctx.master.list_kv_session_keys(ctx.tenant, session_id, cursor, PAGE_LIMIT)
-        check_code(code, f"session {session_id!r}")
-        assert page is not None
+        with about(f"session {session_id!r}"):
+            page = ctx.client.list_kv_session_keys(session_id, cursor, PAGE_LIMIT)
         keys.extend(page.keys)
         cursor = page.next_cursor
         if not cursor:
@@ -190,8 +186,11 @@ def cmd_keys(ctx: Context) -> int:
 
 def _set_pin(ctx: Context, pinned: bool) -> int:
     session_id = ctx.args.session_id
-    code = ctx.master.set_kv_session_pin(ctx.tenant, session_id, pinned)
-    check_code(code, f"session {session_id!r}")
+    with about(f"session {session_id!r}"):
+        if pinned:
+            ctx.client.pin_kv_session(session_id)
+        else:
+            ctx.client.unpin_kv_session(session_id)
     verb = "pinned" if pinned else "unpinned"
     if ctx.out.json:
         emit_json(ctx.out, {"session_id": session_id, "pinned": pinned})
@@ -218,7 +217,8 @@ def cmd_close(ctx: Context) -> int:
         f"close session {session_id!r} ({info.member_count} members, "
         f"{format_size(info.bytes)}; the data stays cached)?"
     )
-    check_code(ctx.master.close_kv_session(ctx.tenant, session_id), f"session {session_id!r}")
+    with about(f"session {session_id!r}"):
+        ctx.client.close_kv_session(session_id)
     if ctx.out.json:
         emit_json(ctx.out, {"session_id": session_id, "closed": True})
     else:
@@ -234,8 +234,8 @@ def cmd_release(ctx: Context) -> int:
         f"release session {session_id!r}: remove up to {info.member_count} objects "
         f"({format_size(info.exclusive_bytes)} held by no other session)?"
     )
-    code, result = ctx.master.release_kv_session(ctx.tenant, session_id)
-    check_code(code, f"session {session_id!r}")
+    with about(f"session {session_id!r}"):
+        result = ctx.client.release_kv_session(session_id)
     if result.sessions == 0:
         raise CliError(EXIT_NOT_FOUND, result.message or f"session {session_id!r} not found")
     emit_release(ctx, f"released session {session_id!r}", result)
@@ -261,8 +261,8 @@ def cmd_release_stale(ctx: Context) -> int:
         )
         return EXIT_OK
     ctx.confirm(f"release every {which} idle over {format_duration(idle_ms)} ({ctx.tenant_label})?")
-    code, result = ctx.master.release_stale_kv_sessions(ctx.tenant, idle_ms, args.include_pinned)
-    check_code(code, "release of stale sessions")
+    with about("release of stale sessions"):
+        result = ctx.client.release_stale_kv_sessions(idle_ms, args.include_pinned)
     emit_release(ctx, f"released {which}s idle over {format_duration(idle_ms)}", result)
     return EXIT_OK
 
@@ -272,8 +272,8 @@ def cmd_release_all(ctx: Context) -> int:
     ctx.confirm(
         f"release ALL sessions of {ctx.tenant_label}, removing every object no other session needs?"
     )
-    code, result = ctx.master.release_all_kv_sessions(ctx.tenant, True)
-    check_code(code, "release of all sessions")
+    with about("release of all sessions"):
+        result = ctx.client.release_all_kv_sessions(confirm=True)
     emit_release(ctx, "released all sessions", result)
     return EXIT_OK
 

@@ -1,35 +1,75 @@
 """``AsyncKVConnector``: :class:`~mooncake_py.connector.sync.KVConnector` for asyncio engines.
 
-Same operations, arguments, results and errors, as coroutines over
-:class:`~mooncake_py.AsyncMooncakeStore`; the store runs each call off the event loop.
+Same operations, arguments, results and errors, as coroutines over an
+:class:`~mooncake_py.AsyncClient` (any :class:`~.store_protocol.AsyncKvStore`); the client
+runs each call off the event loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from mooncake_py.client.compat_async import AsyncMooncakeStore
-from mooncake_py.connector.core import ConnectorBase, Stepper, Steps
+from mooncake_py.connector.core import (
+    Attach,
+    Close,
+    ConnectorBase,
+    Keep,
+    Probe,
+    ReadInto,
+    Release,
+    SetPin,
+    Stepper,
+    Steps,
+    StoreCall,
+    WriteFrom,
+)
 from mooncake_py.connector.planning import Buffer, Page, SaveResult
+from mooncake_py.connector.store_protocol import AsyncKvStore
 from mooncake_py.types import ReleaseResult
 
 T = TypeVar("T")
 
 
-async def run_steps_async(store: Any, steps: Steps[T]) -> T:
+async def perform_async(store: AsyncKvStore, call: StoreCall) -> object:
+    """Make one store call; returns the store's typed answer (exceptions propagate)."""
+    match call:
+        case Probe(keys):
+            return await store.batch_is_exist(keys)
+        case ReadInto(keys, ptrs, sizes):
+            return await store.batch_get_into(keys, ptrs, sizes)
+        case WriteFrom(keys, ptrs, sizes, config):
+            return await store.batch_put_from(keys, ptrs, sizes, config)
+        case Attach(session_id, keys):
+            return await store.attach_kv_session(session_id, keys)
+        case SetPin(session_id, True):
+            await store.pin_kv_session(session_id)
+        case SetPin(session_id, False):
+            await store.unpin_kv_session(session_id)
+        case Keep(session_id, keep_keys):
+            await store.update_kv_session(session_id, keep_keys)
+        case Close(session_id):
+            await store.close_kv_session(session_id)
+        case Release(session_id):
+            return await store.release_kv_session(session_id)
+        case _:
+            raise TypeError(f"not a store call: {call!r}")
+    return None
+
+
+async def run_steps_async(store: AsyncKvStore, steps: Steps[T]) -> T:
     """Run a connector operation against an asyncio store; returns its result."""
     stepper = Stepper(steps)
     while (call := stepper.next_call()) is not None:
         try:
-            stepper.outcome = await getattr(store, call.method)(*call.args)
+            stepper.outcome = await perform_async(store, call)
         except Exception as exc:  # handed to the operation, which re-raises what it can't use
             stepper.outcome = exc
     return stepper.result
 
 
-class AsyncKVConnector(ConnectorBase[AsyncMooncakeStore]):
-    """Page-level KV offload over an :class:`AsyncMooncakeStore`; see ``KVConnector``.
+class AsyncKVConnector(ConnectorBase[AsyncKvStore]):
+    """Page-level KV offload over an :class:`~mooncake_py.AsyncClient`; see ``KVConnector``.
 
     Args:
         store: a set-up asyncio store.

@@ -1,11 +1,12 @@
 """The connector's operations, written once for both the synchronous and the asyncio store.
 
-Each operation is a generator ("sans-I/O"): it yields a :class:`Call` naming a store method and
-its arguments, and is sent back the store's answer (or has the store's exception thrown into
-it). :class:`Stepper` runs that exchange one call at a time; the synchronous connector feeds
-it answers from :class:`~mooncake_py.MooncakeDistributedStore`, the asyncio one awaits the same
-methods of :class:`~mooncake_py.AsyncMooncakeStore`. The decisions themselves are the pure
-functions of :mod:`mooncake_py.connector.planning`.
+Each operation is a generator ("sans-I/O"): it yields a :data:`StoreCall` (one dataclass per
+store call it needs, e.g. :class:`Probe`), and is sent back the store's typed answer (or has
+the store's exception thrown into it). :class:`Stepper` runs that exchange one call at a time;
+the synchronous connector performs each call on a :class:`~.store_protocol.KvStore` (such as
+:class:`~mooncake_py.Client`), the asyncio one awaits the same calls of an
+:class:`~.store_protocol.AsyncKvStore` (such as :class:`~mooncake_py.AsyncClient`). The
+decisions themselves are the pure functions of :mod:`mooncake_py.connector.planning`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from mooncake_py.connector.planning import (
     tally_put,
     write_config,
 )
-from mooncake_py.errors import ErrorCode, MooncakeError
-from mooncake_py.types import ReleaseResult
+from mooncake_py.errors import ErrorCode, NotFoundError
+from mooncake_py.types import ReleaseResult, ReplicateConfig
 
 T = TypeVar("T")
 StoreT = TypeVar("StoreT")
@@ -37,14 +38,71 @@ DEFAULT_BATCH_PAGES = 256
 
 
 @dataclasses.dataclass(frozen=True)
-class Call:
-    """One store call an operation needs: ``store.<method>(*args)``."""
+class Probe:
+    """``batch_is_exist(keys)``, answered with a ``BatchResult[bool]``."""
 
-    method: str
-    args: tuple[Any, ...]
+    keys: list[str]
 
 
-Steps = Generator[Call, Any, T]
+@dataclasses.dataclass(frozen=True)
+class ReadInto:
+    """``batch_get_into(keys, ptrs, sizes)``, answered with a ``BatchResult[int]``."""
+
+    keys: list[str]
+    ptrs: list[int]
+    sizes: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteFrom:
+    """``batch_put_from(keys, ptrs, sizes, config)``, answered with a ``BatchResult[None]``."""
+
+    keys: list[str]
+    ptrs: list[int]
+    sizes: list[int]
+    config: ReplicateConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Attach:
+    """``attach_kv_session(session_id, keys)``, answered with a ``BatchResult[None]``."""
+
+    session_id: str
+    keys: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class SetPin:
+    """``pin_kv_session`` / ``unpin_kv_session``, answered with None."""
+
+    session_id: str
+    pinned: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Keep:
+    """``update_kv_session(session_id, keep_keys)``, answered with None."""
+
+    session_id: str
+    keep_keys: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Close:
+    """``close_kv_session(session_id)``, answered with None."""
+
+    session_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """``release_kv_session(session_id)``, answered with a ``ReleaseResult``."""
+
+    session_id: str
+
+
+StoreCall = Probe | ReadInto | WriteFrom | Attach | SetPin | Keep | Close | Release
+Steps = Generator[StoreCall, Any, T]
 
 
 class Stepper(Generic[T]):
@@ -62,7 +120,7 @@ class Stepper(Generic[T]):
         self._result: T | None = None
         self._done = False
 
-    def next_call(self) -> Call | None:
+    def next_call(self) -> StoreCall | None:
         """The next call to make, or None when the operation has finished."""
         try:
             if not self._started:
@@ -89,11 +147,11 @@ def _validate_pages(pages: Sequence[Page]) -> None:
             raise ValueError(f"page {page.hash[:12]} needs a positive address and size")
 
 
-def _unless_unknown(call: Call) -> Steps[bool]:
+def _unless_unknown(call: StoreCall) -> Steps[bool]:
     """Make a session call: True, or False when the store says SESSION_NOT_FOUND."""
     try:
         yield call
-    except MooncakeError as exc:
+    except NotFoundError as exc:
         if exc.code == ErrorCode.SESSION_NOT_FOUND:
             return False
         raise
@@ -125,8 +183,8 @@ class ConnectorCore:
         """
         if not page_hashes:
             return 0
-        codes = yield Call("batch_is_exist", (self.keys.keys(page_hashes),))
-        return stored_prefix(codes)
+        found = yield Probe(self.keys.keys(page_hashes))
+        return stored_prefix(found.values)
 
     def load(
         self, page_hashes: Sequence[str], buffers: Sequence[Buffer], session_id: str | None
@@ -138,8 +196,8 @@ class ConnectorCore:
             return 0
         keys = self.keys.keys(page_hashes)
         sizes = [b.size for b in buffers]
-        codes = yield Call("batch_get_into", (keys, [b.ptr for b in buffers], sizes))
-        loaded = loaded_prefix(codes, sizes)
+        read = yield ReadInto(keys, [b.ptr for b in buffers], sizes)
+        loaded = loaded_prefix(read.codes, read.values, sizes)
         if session_id and loaded:
             yield from self._attach_keys(session_id, keys[:loaded])
         return loaded
@@ -150,20 +208,20 @@ class ConnectorCore:
         if not pages:
             return SaveResult()
         keys = self.keys.keys(p.hash for p in pages)
-        plan = plan_save((yield Call("batch_is_exist", (keys,))))
+        plan = plan_save((yield Probe(keys)).values)
         result = SaveResult(requested=len(pages), present=len(plan.present))
         batches = list(chunks(plan.missing, self.batch_pages))
         for number, batch in enumerate(batches):
             sizes = [pages[i].size for i in batch]
-            args = (
+            call = WriteFrom(
                 [keys[i] for i in batch],
                 [pages[i].ptr for i in batch],
                 sizes,
                 write_config(len(batch), session_id),
             )
-            codes = yield Call("batch_put_from", args)
+            written = yield call
             remaining = sum(len(later) for later in batches[number + 1 :])
-            result = tally_put(result, sizes, codes, remaining)
+            result = tally_put(result, sizes, written.codes, remaining)
             if result.backpressure:
                 break
         if session_id and plan.present:
@@ -178,8 +236,8 @@ class ConnectorCore:
     def _attach_keys(self, session_id: str, keys: Sequence[str]) -> Steps[int]:
         attached = 0
         for batch in chunks(range(len(keys)), self.batch_pages):
-            codes = yield Call("attach_kv_session", (session_id, [keys[i] for i in batch]))
-            attached += count_attached(codes)
+            outcome = yield Attach(session_id, [keys[i] for i in batch])
+            attached += count_attached(outcome.codes)
         return attached
 
     def set_pinned(self, session_id: str, pinned: bool) -> Steps[bool]:
@@ -188,19 +246,19 @@ class ConnectorCore:
         A session exists while it has members: once eviction or release took every page it
         is gone, and there is nothing to pin or unpin.
         """
-        method = "pin_kv_session" if pinned else "unpin_kv_session"
-        return (yield from _unless_unknown(Call(method, (session_id,))))
+        return (yield from _unless_unknown(SetPin(session_id, pinned)))
 
     def compact(self, session_id: str, keep_hashes: Sequence[str]) -> Steps[bool]:
         """Shrink a session to the pages in ``keep_hashes``; see ``KVConnector.compact``."""
-        call = Call("update_kv_session", (session_id, self.keys.keys(keep_hashes)))
+        call = Keep(session_id, self.keys.keys(keep_hashes))
         return (yield from _unless_unknown(call))
 
     def end(self, session_id: str, release: bool) -> Steps[ReleaseResult | None]:
         """Close or release a session; see ``KVConnector.end``."""
         if release:
-            return (yield Call("release_kv_session", (session_id,)))
-        yield Call("close_kv_session", (session_id,))
+            released: ReleaseResult = yield Release(session_id)
+            return released
+        yield Close(session_id)
         return None
 
 

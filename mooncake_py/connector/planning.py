@@ -1,12 +1,13 @@
-"""The connector's decisions, as pure functions over the store's per-key result codes.
+"""The connector's decisions, as pure functions over the store's per-key results.
 
 Nothing here talks to a store: :mod:`mooncake_py.connector.core` asks the store and hands the
 answers to these functions, so the synchronous and the asyncio connector decide alike and the
 rules can be tested without a master.
 
-Return conventions read here are the drop-in store's (upstream Mooncake's): ``batch_is_exist``
-gives 1 / 0 / negative per key, ``batch_get_into`` the bytes read (> 0) or a negative code,
-``batch_put_from`` 0 or a negative code (a put of an existing key is 0, first writer wins).
+Results read here are the typed :class:`~mooncake_py.Client`'s: ``batch_is_exist`` gives a
+found flag per key (False also for a key whose probe failed), ``batch_get_into`` a code and the
+bytes read per key, ``batch_put_from`` a code per key (0 also for a put of an existing key:
+first writer wins).
 """
 
 from __future__ import annotations
@@ -98,31 +99,34 @@ def leading(items: Sequence[T], ok: Callable[[T], bool]) -> int:
     return count
 
 
-def stored_prefix(exist_codes: Sequence[int]) -> int:
-    """Pages of the longest stored prefix, from ``batch_is_exist`` codes.
+def stored_prefix(found: Sequence[bool]) -> int:
+    """Pages of the longest stored prefix, from ``batch_is_exist``'s found flags.
 
-    An error (negative) counts as a miss, like absence: the engine recomputes from there.
+    A failed probe counts as a miss, like absence: the engine recomputes from there.
     """
-    return leading(exist_codes, lambda code: code == 1)
+    return leading(found, bool)
 
 
-def loaded_prefix(get_codes: Sequence[int], sizes: Sequence[int]) -> int:
-    """Pages loaded in full from the start, from ``batch_get_into`` codes.
+def loaded_prefix(
+    codes: Sequence[int], bytes_read: Sequence[int | None], sizes: Sequence[int]
+) -> int:
+    """Pages loaded in full from the start, from ``batch_get_into``'s codes and bytes read.
 
-    A page counts when the store returned exactly its expected size; a miss, an error or a
+    A page counts when the store read exactly its expected size; a miss, an error or a
     short read ends the usable prefix.
     """
-    return leading(list(zip(get_codes, sizes, strict=True)), lambda pair: pair[0] == pair[1])
+    outcomes = list(zip(codes, bytes_read, sizes, strict=True))
+    return leading(outcomes, lambda item: item[0] == 0 and item[1] == item[2])
 
 
-def plan_save(exist_codes: Sequence[int]) -> SavePlan:
+def plan_save(found: Sequence[bool]) -> SavePlan:
     """Split pages into those to write and those already stored.
 
-    A page whose probe failed (negative code) is written: a put of an existing key is
-    harmless, whereas skipping it could leave a hole in the stored prefix.
+    A page whose probe failed is written: a put of an existing key is harmless, whereas
+    skipping it could leave a hole in the stored prefix.
     """
-    present = tuple(i for i, code in enumerate(exist_codes) if code == 1)
-    missing = tuple(i for i, code in enumerate(exist_codes) if code != 1)
+    present = tuple(i for i, hit in enumerate(found) if hit)
+    missing = tuple(i for i, hit in enumerate(found) if not hit)
     return SavePlan(missing=missing, present=present)
 
 

@@ -1,31 +1,71 @@
-"""``KVConnector``: what a serving engine's KV offload layer calls, over the synchronous store."""
+"""``KVConnector``: what a serving engine's KV offload layer calls, over the synchronous typed
+store (:class:`~mooncake_py.Client`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from mooncake_py.client.compat import MooncakeDistributedStore
-from mooncake_py.connector.core import ConnectorBase, Stepper, Steps
+from mooncake_py.connector.core import (
+    Attach,
+    Close,
+    ConnectorBase,
+    Keep,
+    Probe,
+    ReadInto,
+    Release,
+    SetPin,
+    Stepper,
+    Steps,
+    StoreCall,
+    WriteFrom,
+)
 from mooncake_py.connector.planning import Buffer, Page, SaveResult
+from mooncake_py.connector.store_protocol import KvStore
 from mooncake_py.types import ReleaseResult
 
 T = TypeVar("T")
 
 
-def run_steps(store: Any, steps: Steps[T]) -> T:
+def perform(store: KvStore, call: StoreCall) -> object:
+    """Make one store call; returns the store's typed answer (exceptions propagate)."""
+    match call:
+        case Probe(keys):
+            return store.batch_is_exist(keys)
+        case ReadInto(keys, ptrs, sizes):
+            return store.batch_get_into(keys, ptrs, sizes)
+        case WriteFrom(keys, ptrs, sizes, config):
+            return store.batch_put_from(keys, ptrs, sizes, config)
+        case Attach(session_id, keys):
+            return store.attach_kv_session(session_id, keys)
+        case SetPin(session_id, True):
+            store.pin_kv_session(session_id)
+        case SetPin(session_id, False):
+            store.unpin_kv_session(session_id)
+        case Keep(session_id, keep_keys):
+            store.update_kv_session(session_id, keep_keys)
+        case Close(session_id):
+            store.close_kv_session(session_id)
+        case Release(session_id):
+            return store.release_kv_session(session_id)
+        case _:
+            raise TypeError(f"not a store call: {call!r}")
+    return None
+
+
+def run_steps(store: KvStore, steps: Steps[T]) -> T:
     """Run a connector operation against a synchronous store; returns its result."""
     stepper = Stepper(steps)
     while (call := stepper.next_call()) is not None:
         try:
-            stepper.outcome = getattr(store, call.method)(*call.args)
+            stepper.outcome = perform(store, call)
         except Exception as exc:  # handed to the operation, which re-raises what it can't use
             stepper.outcome = exc
     return stepper.result
 
 
-class KVConnector(ConnectorBase[MooncakeDistributedStore]):
-    """Page-level KV offload over a :class:`MooncakeDistributedStore`.
+class KVConnector(ConnectorBase[KvStore]):
+    """Page-level KV offload over a typed store (:class:`~mooncake_py.Client`).
 
     The engine hashes its token pages (:func:`~mooncake_py.connector.keys.page_hashes`) and
     calls :meth:`lookup` before prefill, :meth:`load` for the stored prefix, and :meth:`save`

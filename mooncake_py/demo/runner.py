@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from mooncake_py.client.master_rpc import MasterClient
+from mooncake_py.client.api import Client
 from mooncake_py.demo.metrics import PolicyResult
 from mooncake_py.demo.policy import PlainPolicy, Policy, SessionPolicy
 from mooncake_py.demo.pool import DemoError, WorkerPool
@@ -168,11 +168,11 @@ class Progress:
             sys.stderr.flush()
 
 
-def _stats(master: MasterClient) -> dict[str, int]:
-    return {name: int(value) for name, value in master.get_stats().items()}
+def _stats(master: Client) -> dict[str, int]:
+    return {name: int(value) for name, value in master.stats().items()}
 
 
-def _wait_drained(master: MasterClient, baseline: Mapping[str, int], timeout_s: float) -> None:
+def _wait_drained(master: Client, baseline: Mapping[str, int], timeout_s: float) -> None:
     """Wait until the store holds no more than before the run (leases delay frees)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -183,7 +183,7 @@ def _wait_drained(master: MasterClient, baseline: Mapping[str, int], timeout_s: 
 
 def replay(
     pool: WorkerPool,
-    master: MasterClient,
+    master: Client,
     trace: Trace,
     policy: Policy,
     config: DemoConfig,
@@ -250,9 +250,10 @@ def _replay_policies(
 ) -> list[PolicyResult]:
     """Start the workers on ``address`` and replay ``trace`` under each policy."""
     with contextlib.ExitStack() as cleanup:
-        stats_client = MasterClient(address, token=os.environ.get("MOONCAKE_AUTH_TOKEN", ""))
-        cleanup.callback(stats_client.close)
         try:
+            # Contributes no memory; the token, if any, comes from MOONCAKE_AUTH_TOKEN.
+            stats_client = Client.connect(master_server_addr=address, global_segment_size=0)
+            cleanup.callback(stats_client.close)
             baseline = _stats(stats_client)
         except MooncakeError as exc:
             raise MasterUnreachableError(f"cannot reach the master at {address}: {exc}") from exc

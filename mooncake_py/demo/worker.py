@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from mooncake_py.client.compat import MooncakeDistributedStore
+from mooncake_py.client.api import Client
 from mooncake_py.connector import Buffer, KVConnector, Page, PageKeys, SaveResult
-from mooncake_py.errors import ErrorCode
+from mooncake_py.errors import MooncakeError
 from mooncake_py.types import ReleaseResult
 
 _DIGEST_BYTES = 64
@@ -121,30 +121,25 @@ class EngineWorker:
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
-        self.store = MooncakeDistributedStore()
-        code = self.store.setup(
-            {
-                "local_hostname": "127.0.0.1",
-                "metadata_server": "P2PHANDSHAKE",
-                "global_segment_size": spec.segment_bytes,
-                "master_server_address": spec.master,
-            }
-        )
-        if code != 0:
-            raise RuntimeError(
-                f"worker {spec.rank}: joining the store at {spec.master} failed: "
-                f"{ErrorCode.name_of(code)} ({code})"
+        try:
+            self.client = Client.connect(
+                local_hostname="127.0.0.1",
+                global_segment_size=spec.segment_bytes,
+                master_server_addr=spec.master,
             )
+        except MooncakeError as exc:
+            raise RuntimeError(
+                f"worker {spec.rank}: joining the store at {spec.master} failed: {exc}"
+            ) from exc
         self.buffer = np.zeros(spec.max_pages * spec.page_bytes, dtype=np.uint8)
         self.base = int(self.buffer.ctypes.data)
-        if self.store.register_buffer(self.base, self.buffer.nbytes) != 0:
-            raise RuntimeError(f"worker {spec.rank}: register_buffer failed")
+        self.client.register_buffer(self.base, self.buffer.nbytes)
         keys = PageKeys(model=spec.model, rank=0, prefix=spec.key_prefix)
-        self.connector = KVConnector(self.store, keys)
+        self.connector = KVConnector(self.client, keys)
 
     def close(self) -> None:
         """Leave the store."""
-        self.store.close()
+        self.client.close()
 
     def run(self, job: Job) -> Any:
         """Serve one job; returns its outcome.
@@ -157,7 +152,7 @@ class EngineWorker:
         if isinstance(job, SessionJob):
             return self.session(job)
         pattern = f"^{re.escape(job.key_prefix)}_"
-        return self.store.remove_by_regex(pattern, force=True)
+        return self.client.remove_by_regex(pattern, force=True)
 
     def _buffers(self, count: int) -> list[Buffer]:
         size = self.spec.page_bytes

@@ -258,7 +258,7 @@ def bench_client(params: Params) -> dict[str, Any]:
     store: MooncakeDistributedStore | None = None
     try:
         store = _client(master.address, segment_bytes)
-        core = store._core
+        core = store.client._core if store.client is not None else None
         result["stream_channel"] = bool(core is not None and core.master.stream_connected)
 
         # -- build: a 1-member session and an n-member one, with tagged writes ------------------
@@ -397,7 +397,9 @@ class Store:
 def _attach_all(service: MasterService, keys: Sequence[str], session: str) -> float:
     began = time.perf_counter()
     for first in range(0, len(keys), ATTACH_BATCH):
-        codes = service.attach_kv_session(TENANT, session, keys[first : first + ATTACH_BATCH])
+        codes = service.sessions.attach_kv_session(
+            TENANT, session, keys[first : first + ATTACH_BATCH]
+        )
         if any(codes):
             raise RuntimeError(f"in-process attach failed: {sorted(set(codes))}")
     return time.perf_counter() - began
@@ -423,10 +425,10 @@ def bench_memory(params: Params) -> dict[str, Any]:
     attach_s = sum(_attach_all(store.service, keys, f"mem-{s}") for s in range(sessions))
     gc.collect()
     rss_sessions = rss_bytes()
-    assert store.service.get_kv_session(TENANT, "mem-0")[1].member_count == n  # type: ignore[union-attr]
+    assert store.service.sessions.get_kv_session(TENANT, "mem-0")[1].member_count == n  # type: ignore[union-attr]
     # The same comparison as over loopback, without sockets: the master's own cost.
-    assert store.service.attach_kv_session(TENANT, "mem-small", keys[:1]) == [0]
-    set_pin = functools.partial(store.service.set_kv_session_pin, TENANT)
+    assert store.service.sessions.attach_kv_session(TENANT, "mem-small", keys[:1]) == [0]
+    set_pin = functools.partial(store.service.sessions.set_kv_session_pin, TENANT)
     in_process = measure_pins(set_pin, "mem-small", "mem-0", 20, 500, 1000)
     del store, set_pin
     gc.collect()
@@ -550,7 +552,7 @@ def bench_eviction_case(params: Params, case: EvictionCase) -> dict[str, Any]:
             return 0
         pinned = 0
         for s in range(0, case.sessions, case.pinned_every):
-            code = service.set_kv_session_pin(TENANT, f"sess-{s}", True)
+            code = service.sessions.set_kv_session_pin(TENANT, f"sess-{s}", True)
             pinned += code == ErrorCode.OK
         return pinned
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +19,7 @@ from mooncake_py.demo.worker import (
     WorkerSpec,
     page_content,
 )
+from mooncake_py.master.clock import FakeClock
 from mooncake_py.testing import InProcessMaster
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -88,7 +88,8 @@ def test_unreachable_master_fails_with_a_nonzero_exit(tmp_path: Path) -> None:
 
 def test_a_page_with_wrong_bytes_fails_the_turn() -> None:
     page = 4096
-    with InProcessMaster(default_kv_lease_ttl=50) as master:
+    clock = FakeClock()  # read leases end when the test moves the master's time
+    with InProcessMaster(clock=clock, background=False, default_kv_lease_ttl=50) as master:
         spec = WorkerSpec(0, master.address, 1 << 20, page, 8, "org/model", "verify-test")
         worker = EngineWorker(spec)
         try:
@@ -97,9 +98,9 @@ def test_a_page_with_wrong_bytes_fails_the_turn() -> None:
             assert (first.loaded, first.save.written) == (0, 3)
             assert worker.turn(job).loaded == 2
             assert page_content("b" * 64, page) != page_content("a" * 64, page)
-            time.sleep(0.1)  # the probe's read lease ends, so the object may be replaced
+            clock.advance(0.05)  # the probe's read lease ends, so the object may be replaced
             key = worker.connector.keys.key("b" * 64)
-            assert worker.store.upsert(key, page_content("a" * 64, page)) == 0
+            worker.client.upsert(key, page_content("a" * 64, page))  # raises on failure
             with pytest.raises(VerificationError, match="wrong bytes"):
                 worker.turn(job)
         finally:

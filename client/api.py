@@ -1,0 +1,668 @@
+"""``Client``: the typed store API. Single-key calls return values and raise; batches return
+per-key results.
+
+Errors are exceptions rooted at :class:`~mooncake_py.MooncakeError`, one class per family of
+codes (:class:`~mooncake_py.errors.NotFoundError`, ``NoSpaceError``, ``LeaseExpiredError``,
+``InvalidParamsError``, ``UnavailableError``, ...), each carrying ``code`` and, where there is
+one, ``key``. A batch call returns a :class:`~mooncake_py.BatchResult` (one outcome per key,
+in order) and raises only when the call as a whole failed: the master unreachable, a malformed
+request (keys and values of different lengths, a bad key), a closed client.
+
+Write rules are upstream Mooncake's: a ``put`` of an existing key succeeds and keeps the old
+bytes (first writer wins); ``upsert`` replaces. A read holds a lease on what it reads; a copy
+that outlives its lease raises ``LeaseExpiredError`` rather than return bytes that may have
+been overwritten.
+
+Zero-copy calls (``*_from``, ``*_into``) take raw addresses, which must lie inside a buffer
+registered with :meth:`Client.register_buffer`.
+
+Thread-safety: every method may be called from several threads at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+
+from mooncake_py.errors import (
+    ErrorCode,
+    InternalError,
+    InvalidParamsError,
+    raise_for,
+)
+from mooncake_py.types import (
+    KvSessionInfo,
+    KvSessionPage,
+    ReleaseResult,
+    ReplicaListResult,
+    ReplicateConfig,
+)
+
+from .buffers import RegisteredBuffers, bytes_view, keys_ok, parts_views
+from .config import ClientConfig
+from .core import ClientCore, config_for_keys
+from .results import BatchResult, KvSessionListing, SegmentStatus
+
+OK = 0
+INVALID = int(ErrorCode.INVALID_PARAMS)
+LEASE_EXPIRED = int(ErrorCode.LEASE_EXPIRED)
+
+
+def _invalid(message: str, key: str | None = None) -> InvalidParamsError:
+    return InvalidParamsError(INVALID, message, key)
+
+
+def _check_keys(keys: Sequence[str]) -> None:
+    if not keys_ok(keys):
+        raise _invalid("keys must be non-empty UTF-8 strings")
+
+
+def _check_session_id(session_id: str) -> None:
+    if not isinstance(session_id, str) or not session_id:
+        raise _invalid("the session id must be a non-empty string", session_id)
+
+
+def _check_limit(limit: int) -> None:
+    if not isinstance(limit, int) or not 1 <= limit < 2**32:
+        raise _invalid(f"limit must be positive: {limit!r}")
+
+
+class Client:
+    """A joined client of a mooncake-py store.
+
+    Args:
+        config: how to join; ``ClientConfig.from_env()`` when omitted.
+        clock: monotonic seconds, used to tell whether a copy outlived its read lease (tests
+            inject one; the default is :func:`time.monotonic`).
+
+    Raises:
+        UnavailableError: the master cannot be reached.
+        AuthenticationError: the master requires a token and ``config.auth_token`` is not one.
+        InvalidParamsError: the master refused the segment.
+        InternalError: the shared-memory segment could not be created.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config if config is not None else ClientConfig.from_env()
+        self._clock = clock
+        self._buffers = RegisteredBuffers()
+        try:
+            self._core: ClientCore | None = ClientCore(self.config, clock)
+        except OSError as exc:
+            raise InternalError(ErrorCode.INTERNAL_ERROR, f"cannot join the store: {exc}") from exc
+
+    @classmethod
+    def connect(cls, **settings: Any) -> Client:
+        """Join with setup keys (``master_server_addr``, ``global_segment_size``, ...), the
+        same keys as upstream's ``setup`` dict; unknown keys are ignored."""
+        return cls(ClientConfig.from_mapping(settings))
+
+    # ------------------------------------------------------------------------------------------
+    # Lifecycle
+
+    def close(self) -> None:
+        """Leave the store: unmount the segment (its objects are dropped) and stop. Idempotent."""
+        core, self._core = self._core, None
+        if core is not None:
+            core.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._core is None
+
+    @property
+    def master_reachable(self) -> bool:
+        """Whether the last heartbeat reached the master (False once closed)."""
+        core = self._core
+        return core is not None and core.heartbeat.master_reachable
+
+    @property
+    def hostname(self) -> str:
+        """The name of this client's segment (``host:port``)."""
+        return self._joined().hostname
+
+    def _joined(self) -> ClientCore:
+        core = self._core
+        if core is None:
+            raise _invalid("the client is closed")
+        return core
+
+    # ------------------------------------------------------------------------------------------
+    # Buffer registration
+
+    def register_buffer(self, buffer_ptr: int, size: int) -> None:
+        """Allow zero-copy calls on ``[buffer_ptr, buffer_ptr + size)``.
+
+        Raises:
+            InvalidParamsError: a non-positive address or size, or a closed client.
+        """
+        self._joined()
+        if not self._buffers.register(buffer_ptr, size):
+            raise _invalid(f"cannot register {size} bytes at {buffer_ptr:#x}")
+
+    def unregister_buffer(self, buffer_ptr: int) -> None:
+        """Forget a registered buffer.
+
+        Raises:
+            InvalidParamsError: no buffer starts at ``buffer_ptr``.
+        """
+        if not self._buffers.unregister(buffer_ptr):
+            raise _invalid(f"no registered buffer at {buffer_ptr:#x}")
+
+    # ------------------------------------------------------------------------------------------
+    # Writes
+
+    def put(self, key: str, value: Any, config: ReplicateConfig | None = None) -> None:
+        """Store ``value`` (any C-contiguous buffer) under ``key``; an existing key keeps its
+        bytes and this succeeds (first writer wins).
+
+        Raises:
+            NoSpaceError: nothing can be evicted to make room.
+            InvalidParamsError: a bad key, an empty value, or a bad config.
+            TransferError, UnavailableError: the bytes or the master could not be reached.
+        """
+        raise_for(self._write([key], [[bytes_view(value)]], config, False)[0], key=key)
+
+    def put_parts(self, key: str, *parts: Any, config: ReplicateConfig | None = None) -> None:
+        """Store the concatenation of ``parts`` without joining them first; see :meth:`put`.
+
+        Raises:
+            InvalidParamsError: a part is not a one-dimensional buffer; as :meth:`put`.
+        """
+        raise_for(self._write([key], [parts_views(parts)], config, False)[0], key=key)
+
+    def put_from(
+        self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
+    ) -> None:
+        """Store ``size`` bytes of registered memory at ``buffer_ptr``; see :meth:`put`."""
+        raise_for(self._write_from([key], [buffer_ptr], [size], config, False).codes[0], key=key)
+
+    def put_batch(
+        self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None
+    ) -> BatchResult[None]:
+        """Store each value under its key; per-key outcomes.
+
+        Raises:
+            InvalidParamsError: keys and values differ in length, or a key is bad.
+        """
+        return self._write_values(keys, values, config, False)
+
+    def batch_put_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        config: ReplicateConfig | None = None,
+    ) -> BatchResult[None]:
+        """Store ``sizes[i]`` bytes of registered memory at ``buffer_ptrs[i]`` under
+        ``keys[i]``; an unregistered range fails its key with INVALID_PARAMS."""
+        return self._write_from(keys, buffer_ptrs, sizes, config, False)
+
+    def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> None:
+        """Create or replace ``key``.
+
+        Raises:
+            BusyError: OBJECT_REPLICA_BUSY while a reader holds the object; as :meth:`put`.
+        """
+        raise_for(self._write([key], [[bytes_view(value)]], config, True)[0], key=key)
+
+    def upsert_parts(self, key: str, *parts: Any, config: ReplicateConfig | None = None) -> None:
+        """Create or replace ``key`` with the concatenation of ``parts``."""
+        raise_for(self._write([key], [parts_views(parts)], config, True)[0], key=key)
+
+    def upsert_from(
+        self, key: str, buffer_ptr: int, size: int, config: ReplicateConfig | None = None
+    ) -> None:
+        """Create or replace ``key`` from registered memory."""
+        raise_for(self._write_from([key], [buffer_ptr], [size], config, True).codes[0], key=key)
+
+    def upsert_batch(
+        self, keys: Sequence[str], values: Sequence[Any], config: ReplicateConfig | None = None
+    ) -> BatchResult[None]:
+        """Create or replace each key; per-key outcomes."""
+        return self._write_values(keys, values, config, True)
+
+    def batch_upsert_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        config: ReplicateConfig | None = None,
+    ) -> BatchResult[None]:
+        """Create or replace each key from registered memory; per-key outcomes."""
+        return self._write_from(keys, buffer_ptrs, sizes, config, True)
+
+    def _write_values(
+        self,
+        keys: Sequence[str],
+        values: Sequence[Any],
+        config: ReplicateConfig | None,
+        upsert: bool,
+    ) -> BatchResult[None]:
+        if len(keys) != len(values):
+            raise _invalid(f"{len(keys)} keys but {len(values)} values")
+        views = [[bytes_view(v)] for v in values]
+        return BatchResult.of_codes(keys, self._write(keys, views, config, upsert))
+
+    def _write_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        config: ReplicateConfig | None,
+        upsert: bool,
+    ) -> BatchResult[None]:
+        config = config or ReplicateConfig()
+        tags = config.kv_sessions
+        if not len(keys) == len(buffer_ptrs) == len(sizes) or (tags and len(tags) != len(keys)):
+            raise _invalid("keys, buffer_ptrs, sizes (and kv_sessions) differ in length")
+        views = [self._buffers.view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
+        valid = [i for i, v in enumerate(views) if v is not None]
+        codes = [INVALID] * len(keys)
+        values = [[view] for view in views if view is not None]
+        subset = config if len(valid) == len(keys) else config_for_keys(config, valid)
+        written = self._write([keys[i] for i in valid], values, subset, upsert)
+        for i, code in zip(valid, written, strict=True):
+            codes[i] = code
+        return BatchResult.of_codes(keys, codes)
+
+    def _write(
+        self,
+        keys: Sequence[str],
+        values: list[list[memoryview]],
+        config: ReplicateConfig | None,
+        upsert: bool,
+    ) -> list[int]:
+        core = self._joined()
+        _check_keys(keys)
+        return core.put_many(keys, values, config or ReplicateConfig(), upsert)
+
+    # ------------------------------------------------------------------------------------------
+    # Reads
+
+    def get(self, key: str) -> bytes:
+        """The value of ``key``.
+
+        Raises:
+            NotFoundError: no such key. BusyError: its first write is still in flight.
+            LeaseExpiredError: the copy outlived its read lease. TransferError, ...
+        """
+        result = self.get_batch([key])
+        return result[0].unwrap()
+
+    def get_batch(self, keys: Sequence[str]) -> BatchResult[bytes]:
+        """Values of ``keys`` (one lookup; same-host replicas copied straight out of the
+        mapped segment, others over TCP); per-key outcomes."""
+        core = self._joined()
+        _check_keys(keys)
+        started = self._clock()
+        located = core.locate(keys)
+        codes = [loc.code for loc in located]
+        values: list[bytes | None] = [None] * len(keys)
+        remote: list[int] = []
+        mapped_copies: list[int] = []
+        for i, loc in enumerate(located):
+            if loc.code != OK:
+                continue
+            mapped = next(filter(None, map(core.data.memory_of, loc.replicas)), None)
+            if mapped is None:
+                remote.append(i)
+            else:
+                values[i] = bytes(mapped[: loc.size])  # one copy, straight out of the segment
+                mapped_copies.append(i)
+        if remote:
+            buffers = [bytearray(located[i].size) for i in remote]
+            read = core.read_located(
+                [located[i] for i in remote], [memoryview(b) for b in buffers], started
+            )
+            for i, buffer, code in zip(remote, buffers, read, strict=True):
+                if code >= 0:
+                    values[i] = bytes(buffer)
+                else:
+                    codes[i] = code
+        if mapped_copies and core.lease_outlived(located, started):
+            # Copies out of mapped segments are trusted only within their read lease.
+            for i in mapped_copies:
+                codes[i], values[i] = LEASE_EXPIRED, None
+        return BatchResult(keys, codes, values)
+
+    def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Read ``key`` into registered memory; returns the bytes read.
+
+        Raises:
+            InvalidParamsError: the buffer is not registered or smaller than the value; as
+                :meth:`get`.
+        """
+        return self.batch_get_into([key], [buffer_ptr], [size])[0].unwrap()
+
+    def batch_get_into(
+        self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]
+    ) -> BatchResult[int]:
+        """Read each key into its buffer; per key the bytes read. A buffer smaller than its
+        object fails the key with INVALID_PARAMS."""
+        core = self._joined()
+        if not len(keys) == len(buffer_ptrs) == len(sizes):
+            raise _invalid("keys, buffer_ptrs and sizes differ in length")
+        _check_keys(keys)
+        started = self._clock()
+        located = core.locate(keys)
+        codes = [loc.code for loc in located]
+        values: list[int | None] = [None] * len(keys)
+        readable: list[int] = []
+        views: list[memoryview] = []
+        for i, loc in enumerate(located):
+            if loc.code != OK:
+                continue
+            view = self._buffers.view(buffer_ptrs[i], sizes[i]) if loc.size <= sizes[i] else None
+            if view is None:
+                codes[i] = INVALID
+                continue
+            readable.append(i)
+            views.append(view[: loc.size])
+        read = core.read_located([located[i] for i in readable], views, started)
+        for i, outcome in zip(readable, read, strict=True):
+            if outcome >= 0:
+                values[i] = outcome
+            else:
+                codes[i] = outcome
+        return BatchResult(keys, codes, values)
+
+    def get_buffer(self, key: str) -> pa.Buffer:
+        """The value as a ``pyarrow.Buffer``: zero-copy over a same-host replica (valid while
+        its read lease holds), a copy otherwise. Raises as :meth:`get`."""
+        return self.batch_get_buffer([key])[0].unwrap()
+
+    def batch_get_buffer(self, keys: Sequence[str]) -> BatchResult[pa.Buffer]:
+        """:meth:`get_buffer` for each key, with one lookup; per-key outcomes."""
+        core = self._joined()
+        _check_keys(keys)
+        started = self._clock()
+        located = core.locate(keys)
+        codes = [loc.code for loc in located]
+        values: list[pa.Buffer | None] = [None] * len(keys)
+        copy_needed: list[int] = []
+        for i, loc in enumerate(located):
+            if loc.code != OK:
+                continue
+            mapped = next(filter(None, map(core.data.mapped_address, loc.replicas)), None)
+            if mapped is None:
+                copy_needed.append(i)
+                continue
+            address, owner = mapped
+            values[i] = pa.foreign_buffer(address, loc.size, base=owner)
+        if copy_needed:
+            buffers = [bytearray(located[i].size) for i in copy_needed]
+            read = core.read_located(
+                [located[i] for i in copy_needed], [memoryview(b) for b in buffers], started
+            )
+            for i, buffer, code in zip(copy_needed, buffers, read, strict=True):
+                if code >= 0:
+                    values[i] = pa.py_buffer(buffer)
+                else:
+                    codes[i] = code
+        return BatchResult(keys, codes, values)
+
+    # ------------------------------------------------------------------------------------------
+    # Queries and removal
+
+    def is_exist(self, key: str) -> bool:
+        """Whether ``key`` is readable (grants a read lease). Raises InvalidParamsError for a
+        bad key."""
+        result = self.batch_is_exist([key])
+        return result[0].unwrap()
+
+    def batch_is_exist(self, keys: Sequence[str]) -> BatchResult[bool]:
+        """Per key whether it is readable, in one round trip (found keys get a read lease)."""
+        core = self._joined()
+        _check_keys(keys)
+        if not keys:
+            return BatchResult(keys, [], [])
+        if len(keys) == 1:
+            raw = [core.master.exist_key(core.tenant, keys[0])]
+        else:
+            raw = core.master.batch_exist_key(core.tenant, keys)
+        return BatchResult(keys, [min(c, 0) for c in raw], [c == 1 for c in raw])
+
+    def get_size(self, key: str) -> int:
+        """The size of ``key`` in bytes (grants a read lease). Raises as :meth:`get`."""
+        core = self._joined()
+        _check_keys([key])
+        located: ReplicaListResult = core.locate([key])[0]
+        raise_for(located.code, key=key)
+        return located.size
+
+    def remove(self, key: str, force: bool = False) -> None:
+        """Delete ``key``.
+
+        Raises:
+            NotFoundError: no such key. BusyError: leased by a reader (unless ``force``) or
+                being written.
+        """
+        raise_for(self.batch_remove([key], force).codes[0], key=key)
+
+    def batch_remove(self, keys: Sequence[str], force: bool = False) -> BatchResult[None]:
+        """Delete each key; per-key outcomes as :meth:`remove`."""
+        core = self._joined()
+        _check_keys(keys)
+        if not keys:
+            return BatchResult.of_codes(keys, [])
+        if len(keys) == 1:
+            codes = [core.master.remove(core.tenant, keys[0], force)]
+        else:
+            codes = core.master.batch_remove(core.tenant, keys, force)
+        return BatchResult.of_codes(keys, codes)
+
+    def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
+        """Delete every key of this tenant matching the pattern; returns the count removed.
+
+        Raises:
+            InvalidParamsError: the pattern is not a valid regular expression.
+        """
+        core = self._joined()
+        if not isinstance(regex_pattern, str):
+            raise _invalid("the pattern must be a string")
+        count = core.master.remove_by_regex(core.tenant, regex_pattern, force)
+        raise_for(count)
+        return count
+
+    def remove_all(self, force: bool = False) -> int:
+        """Delete every removable key of this tenant; returns the count removed."""
+        core = self._joined()
+        count = core.master.remove_all(core.tenant, force)
+        raise_for(count)
+        return count
+
+    # ------------------------------------------------------------------------------------------
+    # KV sessions (runtime state of the master: re-attach and re-pin after a master restart)
+
+    def attach_kv_session(self, session_id: str, keys: Sequence[str]) -> BatchResult[None]:
+        """Add existing objects to a session (creating it, unpinned, if needed).
+
+        Returns:
+            Per key: ok, OBJECT_NOT_FOUND, or SESSION_LIMIT_EXCEEDED (then nothing was added).
+            Duplicate keys are harmless.
+
+        Raises:
+            InvalidParamsError: a bad id or key, or more keys than the master's batch limit.
+        """
+        core = self._joined()
+        _check_session_id(session_id)
+        codes = core.master.attach_kv_session(core.tenant, session_id, list(keys))
+        if keys and all(c == INVALID for c in codes):
+            raise _invalid("attach refused", session_id)
+        return BatchResult.of_codes(keys, codes)
+
+    def pin_kv_session(self, session_id: str) -> None:
+        """Protect the session's objects from ordinary eviction (no TTL).
+
+        Raises:
+            NotFoundError: SESSION_NOT_FOUND. InvalidParamsError: a bad id.
+        """
+        core = self._joined()
+        _check_session_id(session_id)
+        raise_for(core.master.set_kv_session_pin(core.tenant, session_id, True), key=session_id)
+
+    def unpin_kv_session(self, session_id: str) -> None:
+        """Remove this session's protection (other sessions' and TTL pins stay).
+
+        Raises:
+            NotFoundError: SESSION_NOT_FOUND. InvalidParamsError: a bad id.
+        """
+        core = self._joined()
+        _check_session_id(session_id)
+        raise_for(core.master.set_kv_session_pin(core.tenant, session_id, False), key=session_id)
+
+    def update_kv_session(self, session_id: str, keep_keys: Sequence[str]) -> None:
+        """Keep only the members in ``keep_keys`` (never adds, never deletes data); an
+        unknown session is fine.
+
+        Raises:
+            LimitExceededError: the keep set is above the member limit. InvalidParamsError.
+        """
+        core = self._joined()
+        _check_session_id(session_id)
+        code = core.master.update_kv_session(core.tenant, session_id, list(keep_keys))
+        raise_for(code, key=session_id)
+
+    def close_kv_session(self, session_id: str) -> None:
+        """Drop every membership and the pin; data stays cached. Idempotent."""
+        core = self._joined()
+        _check_session_id(session_id)
+        raise_for(core.master.close_kv_session(core.tenant, session_id), key=session_id)
+
+    def get_kv_session(self, session_id: str) -> KvSessionInfo:
+        """What a session holds.
+
+        Raises:
+            NotFoundError: SESSION_NOT_FOUND. InvalidParamsError: a bad id.
+        """
+        core = self._joined()
+        _check_session_id(session_id)
+        code, info = core.master.get_kv_session(core.tenant, session_id)
+        raise_for(code, key=session_id)
+        assert info is not None
+        return info
+
+    def list_kv_session_keys(
+        self, session_id: str, cursor: str = "", limit: int = 1024
+    ) -> KvSessionPage:
+        """One page of the session's keys after ``cursor`` (exclusive), in key order.
+
+        Raises:
+            NotFoundError: SESSION_NOT_FOUND. InvalidParamsError: a bad id or a limit outside
+                [1, the master's batch limit].
+        """
+        core = self._joined()
+        _check_session_id(session_id)
+        _check_limit(limit)
+        code, page = core.master.list_kv_session_keys(core.tenant, session_id, cursor, limit)
+        raise_for(code, key=session_id)
+        assert page is not None
+        return page
+
+    def list_kv_sessions(
+        self,
+        cursor: str = "",
+        limit: int = 1024,
+        pinned: bool | None = None,
+        min_idle_ms: int = 0,
+    ) -> KvSessionListing:
+        """One page of this tenant's sessions (weakly consistent).
+
+        Args:
+            cursor: "" for the first page, then the returned ``next_cursor``.
+            limit: sessions per page.
+            pinned: only pinned (True) or unpinned (False) sessions; None for all.
+            min_idle_ms: only sessions idle at least this long.
+
+        Raises:
+            InvalidParamsError: a bad limit or a negative idle bound.
+        """
+        core = self._joined()
+        _check_limit(limit)
+        if min_idle_ms < 0:
+            raise _invalid("min_idle_ms must not be negative")
+        code, infos, next_cursor = core.master.list_kv_sessions(
+            core.tenant, cursor, limit, pinned, min_idle_ms
+        )
+        raise_for(code)
+        return KvSessionListing(infos, next_cursor)
+
+    def release_kv_session(self, session_id: str) -> ReleaseResult:
+        """Close the session and remove its members that nothing else needs (not shared with
+        another session, not hard pinned, not leased, not being written). An unknown session
+        releases nothing and says so in ``message``."""
+        core = self._joined()
+        _check_session_id(session_id)
+        code, result = core.master.release_kv_session(core.tenant, session_id)
+        raise_for(code, key=session_id)
+        return result
+
+    def release_stale_kv_sessions(
+        self, max_idle_ms: int, include_pinned: bool = False
+    ) -> ReleaseResult:
+        """Release every session idle for longer than ``max_idle_ms``; returns the totals."""
+        core = self._joined()
+        if max_idle_ms < 0:
+            raise _invalid("max_idle_ms must not be negative")
+        code, result = core.master.release_stale_kv_sessions(
+            core.tenant, max_idle_ms, include_pinned
+        )
+        raise_for(code)
+        return result
+
+    def release_all_kv_sessions(self, confirm: bool = False) -> ReleaseResult:
+        """Release every session of this tenant.
+
+        Raises:
+            InvalidParamsError: unless ``confirm`` is true.
+        """
+        core = self._joined()
+        code, result = core.master.release_all_kv_sessions(core.tenant, confirm)
+        raise_for(code, result.message)
+        return result
+
+    def release_kv_cache(self, keep_pinned: bool = True) -> ReleaseResult:
+        """Remove every KV-cache object of this tenant (data type KVCACHE or UNKNOWN) while
+        other data, e.g. WEIGHT, stays; pinned sessions' objects stay unless ``keep_pinned``
+        is false."""
+        core = self._joined()
+        code, result = core.master.release_kv_cache(core.tenant, keep_pinned)
+        raise_for(code)
+        return result
+
+    # ------------------------------------------------------------------------------------------
+    # Introspection
+
+    def stats(self) -> dict[str, int]:
+        """Store-wide counts and bytes (objects, segments, capacity, allocation, sessions,
+        eviction and release counters)."""
+        return self._joined().master.get_stats()
+
+    def segments(self) -> list[SegmentStatus]:
+        """Every mounted segment with its usage."""
+        return [
+            SegmentStatus(segment, client_id, used, allocations)
+            for segment, client_id, used, allocations in self._joined().master.list_segments()
+        ]

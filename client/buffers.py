@@ -1,0 +1,112 @@
+"""Caller memory: registered zero-copy buffers and byte views of Python values.
+
+Zero-copy calls (``put_from``, ``get_into`` and their batch forms) take raw addresses. A
+:class:`RegisteredBuffers` registry admits an address range only when it lies inside memory the
+caller registered, so a wrong pointer is rejected instead of becoming a wild write.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from sortedcontainers import SortedDict
+
+from mooncake_py.errors import ErrorCode, InvalidParamsError
+
+from .data_plane import view_of_address
+
+
+class RegisteredBuffers:
+    """Address ranges the caller allowed zero-copy calls on. Thread-safe.
+
+    Complexity: registration O(log n); a lookup O(log n) in the number of buffers.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_start: SortedDict = SortedDict()
+
+    def register(self, buffer_ptr: int, size: int) -> bool:
+        """Allow ``[buffer_ptr, buffer_ptr + size)``; False for a non-positive address or size.
+
+        Registering the same start again replaces its size.
+        """
+        if buffer_ptr <= 0 or size <= 0:
+            return False
+        with self._lock:
+            self._by_start[buffer_ptr] = size
+        return True
+
+    def unregister(self, buffer_ptr: int) -> bool:
+        """Forget the buffer starting at ``buffer_ptr``; False when there was none."""
+        with self._lock:
+            return self._by_start.pop(buffer_ptr, None) is not None
+
+    def view(self, buffer_ptr: int, size: int) -> memoryview | None:
+        """A writable view of ``size`` bytes at ``buffer_ptr``, or None unless the whole range
+        lies inside one registered buffer."""
+        if buffer_ptr <= 0 or size <= 0:
+            return None
+        with self._lock:
+            index = self._by_start.bisect_right(buffer_ptr) - 1
+            if index < 0:
+                return None
+            start, length = self._by_start.peekitem(index)
+        if buffer_ptr + size > start + length:
+            return None
+        return view_of_address(buffer_ptr, size)
+
+
+def bytes_view(value: Any) -> memoryview:
+    """A flat byte view of any C-contiguous buffer (bytes, bytearray, numpy array, ...).
+
+    Raises:
+        TypeError: ``value`` is not a buffer, or not C-contiguous.
+    """
+    try:
+        view = memoryview(value)
+    except TypeError as exc:
+        raise TypeError(
+            f"expected a buffer (bytes, bytearray, memoryview, array), got {type(value).__name__}"
+        ) from exc
+    if not view.c_contiguous:
+        raise TypeError("buffer must be C-contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def parts_views(parts: Sequence[Any]) -> list[memoryview]:
+    """Byte views of the parts of a ``put_parts`` value.
+
+    Raises:
+        InvalidParamsError: a part is not a one-dimensional buffer (as upstream raises).
+        TypeError: a part is not a buffer.
+    """
+    views = []
+    for part in parts:
+        view = memoryview(part)
+        if view.ndim != 1:
+            raise InvalidParamsError(
+                ErrorCode.INVALID_PARAMS, "parts must be one-dimensional buffers"
+            )
+        views.append(bytes_view(view))
+    return views
+
+
+def keys_ok(keys: Sequence[str]) -> bool:
+    """Every key a non-empty string that encodes as UTF-8 (checked in bulk: batches of
+    thousands of keys are common, and this runs before every call)."""
+    try:
+        joined = "\n".join(keys)
+    except TypeError:
+        return False
+    if not all(keys):
+        return False
+    if joined.isascii():
+        return True
+    try:
+        joined.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
