@@ -27,7 +27,7 @@ MASTER_FLAGS = {
 COMMANDS = {
     "mooncake-py-master",
     "mooncake-py",
-    "python -m mooncake_py.examples.segment_host",
+    "mooncake-py-segment-host",
     "python -m mooncake_py.master",
 }
 CLIENT_ENV = {

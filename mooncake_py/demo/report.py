@@ -6,7 +6,9 @@ The plot uses matplotlib's non-interactive Agg backend, so it works without a di
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -224,13 +226,20 @@ def _report(result: DemoResult) -> str:
 def write_outputs(result: DemoResult) -> dict[str, Path]:
     """Write the plot, report and JSON summary into ``result.config.out_dir``.
 
+    The plot needs matplotlib (the ``demo`` extra: ``pip install 'mooncake-py[demo]'``); without
+    it the plot is skipped with a note on stderr and the rest is written.
+
     Returns:
-        Paths by kind: ``plot``, ``report``, ``summary``.
+        Paths by kind: ``plot`` (when written), ``report``, ``summary``.
     """
     out = Path(result.config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"plot": out / PLOT_NAME, "report": out / REPORT_NAME, "summary": out / SUMMARY_NAME}
-    plot(result, files["plot"])
+    if importlib.util.find_spec("matplotlib") is not None:
+        plot(result, files["plot"])
+    else:
+        del files["plot"]
+        print("demo: matplotlib is not installed; skipping the plot", file=sys.stderr)
     files["report"].write_text(_report(result), encoding="utf-8")
     files["summary"].write_text(json.dumps(_summary(result), indent=2) + "\n", encoding="utf-8")
     return files

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mooncake_py.client.api import Client
 from mooncake_py.demo.metrics import PolicyResult
@@ -32,7 +33,9 @@ from mooncake_py.demo.worker import (
     WorkerSpec,
 )
 from mooncake_py.errors import MooncakeError
-from mooncake_py.testing import InProcessMaster
+
+if TYPE_CHECKING:
+    from mooncake_py.testing import InProcessMaster
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -241,6 +244,10 @@ def replay(
 def _start_master(config: DemoConfig) -> tuple[InProcessMaster | None, str]:
     if config.master is not None:
         return None, config.master
+    # Imported here: the ops CLI loads this module for its `demo` command and must not load
+    # the master (and its server dependencies) for every other command.
+    from mooncake_py.testing import InProcessMaster
+
     master = InProcessMaster(default_kv_lease_ttl=config.lease_ms).start()
     return master, master.address
 

@@ -118,18 +118,7 @@ def test_lease_blocks_remove_until_it_expires(make_store) -> None:  # type: igno
         assert store.remove("fresh") == 0  # a write grants no lease
 
 
-def test_transfer_that_outlives_its_lease_is_discarded(make_store) -> None:  # type: ignore[no-untyped-def]
-    # A 1 ms lease against a 64 MiB value: even a same-host memcpy (a few ms here) outlives it.
-    with InProcessMaster(default_kv_lease_ttl=1) as master:
-        owner = make_store(master.address, 160 << 20)
-        reader = make_store(master.address, 0, force_tcp=True)
-        target = np.zeros(64 << 20, np.uint8)
-        reader.register_buffer(target.ctypes.data, target.nbytes)
-        assert owner.put("slow", np.ones(64 << 20, np.uint8)) == 0
-        assert reader.get_into("slow", target.ctypes.data, target.nbytes) == ErrorCode.LEASE_EXPIRED
-        assert reader.get("slow") == b""
-        same_host = make_store(master.address, 0)  # copies straight out of the mapped segment
-        assert same_host.get("slow") == b""
+# A read that outlives its lease: tests/integration/test_typed_client.py, on an injected clock.
 
 
 def test_unfinished_put_is_preempted_after_discard_timeout(make_store) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,353 @@
+# ruff: noqa: E501  (the pinned signatures are data, one per line)
+"""The upstream-compatible faces keep their names and signatures, and the public API type-checks.
+
+``MooncakeDistributedStore`` and ``AsyncMooncakeStore`` are what engines import in place of
+upstream's store: the names, parameters, defaults and return annotations below are pinned, so
+a change to them fails here first. A user snippet that calls every public method of
+``Client``, ``AsyncClient`` and both faces must pass ``mypy --strict``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mooncake_py import AsyncClient, AsyncMooncakeStore, Client, MooncakeDistributedStore
+from tests.typecheck import build_layout, run_mypy
+
+PINNED: dict[str, dict[str, str]] = {
+    "AsyncMooncakeStore": {
+        "attach_kv_session": "async (self, session_id: 'str', keys: 'Sequence[str]') -> 'list[int]'",
+        "batch_get_buffer": "async (self, keys: 'Sequence[str]') -> 'list[pa.Buffer | None]'",
+        "batch_get_into": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",
+        "batch_is_exist": "async (self, keys: 'Sequence[str]') -> 'list[int]'",
+        "batch_put_from": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
+        "batch_remove": "async (self, keys: 'Sequence[str]', force: 'bool' = False) -> 'list[int]'",
+        "batch_upsert_from": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
+        "close": "async (self) -> 'int'",
+        "close_kv_session": "async (self, session_id: 'str') -> 'int'",
+        "get": "async (self, key: 'str') -> 'bytes'",
+        "get_batch": "async (self, keys: 'Sequence[str]') -> 'list[bytes]'",
+        "get_buffer": "async (self, key: 'str') -> 'pa.Buffer | None'",
+        "get_hostname": "(self) -> 'str'",
+        "get_into": "async (self, key: 'str', buffer_ptr: 'int', size: 'int') -> 'int'",
+        "get_kv_session": "async (self, session_id: 'str') -> 'KvSessionInfo'",
+        "get_size": "async (self, key: 'str') -> 'int'",
+        "health_check": "(self) -> 'int'",
+        "is_exist": "async (self, key: 'str') -> 'int'",
+        "list_kv_session_keys": "async (self, session_id: 'str', cursor: 'str' = '', limit: 'int' = 1024) -> 'KvSessionPage'",
+        "list_kv_sessions": "async (self, cursor: 'str' = '', limit: 'int' = 1024, pinned: 'bool | None' = None, min_idle_ms: 'int' = 0) -> 'tuple[list[KvSessionInfo], str]'",
+        "pin_kv_session": "async (self, session_id: 'str') -> 'int'",
+        "put": "async (self, key: 'str', value: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "put_batch": "async (self, keys: 'Sequence[str]', values: 'Sequence[Any]', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "put_from": "async (self, key: 'str', buffer_ptr: 'int', size: 'int', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "put_parts": "async (self, key: 'str', *parts: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "register_buffer": "(self, buffer_ptr: 'int', size: 'int') -> 'int'",
+        "release_all_kv_sessions": "async (self, confirm: 'bool' = False) -> 'ReleaseResult'",
+        "release_kv_cache": "async (self, keep_pinned: 'bool' = True) -> 'ReleaseResult'",
+        "release_kv_session": "async (self, session_id: 'str') -> 'ReleaseResult'",
+        "release_stale_kv_sessions": "async (self, max_idle_ms: 'int', include_pinned: 'bool' = False) -> 'ReleaseResult'",
+        "remove": "async (self, key: 'str', force: 'bool' = False) -> 'int'",
+        "remove_all": "async (self, force: 'bool' = False) -> 'int'",
+        "remove_by_regex": "async (self, regex_pattern: 'str', force: 'bool' = False) -> 'int'",
+        "setup": "async (self, *args: 'Any', **kwargs: 'Any') -> 'int'",
+        "unpin_kv_session": "async (self, session_id: 'str') -> 'int'",
+        "unregister_buffer": "(self, buffer_ptr: 'int') -> 'int'",
+        "update_kv_session": "async (self, session_id: 'str', keep_keys: 'Sequence[str]') -> 'int'",
+        "upsert": "async (self, key: 'str', value: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "upsert_batch": "async (self, keys: 'Sequence[str]', values: 'Sequence[Any]', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "upsert_from": "async (self, key: 'str', buffer_ptr: 'int', size: 'int', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "upsert_parts": "async (self, key: 'str', *parts: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
+    },
+    "MooncakeDistributedStore": {
+        "attach_kv_session": "(self, session_id: 'str', keys: 'Sequence[str]') -> 'list[int]'",
+        "batch_get_buffer": "(self, keys: 'Sequence[str]') -> 'list[pa.Buffer | None]'",
+        "batch_get_into": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",
+        "batch_is_exist": "(self, keys: 'Sequence[str]') -> 'list[int]'",
+        "batch_put_from": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
+        "batch_remove": "(self, keys: 'Sequence[str]', force: 'bool' = False) -> 'list[int]'",
+        "batch_upsert_from": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
+        "close": "(self) -> 'int'",
+        "close_kv_session": "(self, session_id: 'str') -> 'int'",
+        "get": "(self, key: 'str') -> 'bytes'",
+        "get_batch": "(self, keys: 'Sequence[str]') -> 'list[bytes]'",
+        "get_buffer": "(self, key: 'str') -> 'pa.Buffer | None'",
+        "get_hostname": "(self) -> 'str'",
+        "get_into": "(self, key: 'str', buffer_ptr: 'int', size: 'int') -> 'int'",
+        "get_kv_session": "(self, session_id: 'str') -> 'KvSessionInfo'",
+        "get_size": "(self, key: 'str') -> 'int'",
+        "health_check": "(self) -> 'int'",
+        "is_exist": "(self, key: 'str') -> 'int'",
+        "list_kv_session_keys": "(self, session_id: 'str', cursor: 'str' = '', limit: 'int' = 1024) -> 'KvSessionPage'",
+        "list_kv_sessions": "(self, cursor: 'str' = '', limit: 'int' = 1024, pinned: 'bool | None' = None, min_idle_ms: 'int' = 0) -> 'tuple[list[KvSessionInfo], str]'",
+        "pin_kv_session": "(self, session_id: 'str') -> 'int'",
+        "put": "(self, key: 'str', value: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "put_batch": "(self, keys: 'Sequence[str]', values: 'Sequence[Any]', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "put_from": "(self, key: 'str', buffer_ptr: 'int', size: 'int', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "put_parts": "(self, key: 'str', *parts: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "register_buffer": "(self, buffer_ptr: 'int', size: 'int') -> 'int'",
+        "release_all_kv_sessions": "(self, confirm: 'bool' = False) -> 'ReleaseResult'",
+        "release_kv_cache": "(self, keep_pinned: 'bool' = True) -> 'ReleaseResult'",
+        "release_kv_session": "(self, session_id: 'str') -> 'ReleaseResult'",
+        "release_stale_kv_sessions": "(self, max_idle_ms: 'int', include_pinned: 'bool' = False) -> 'ReleaseResult'",
+        "remove": "(self, key: 'str', force: 'bool' = False) -> 'int'",
+        "remove_all": "(self, force: 'bool' = False) -> 'int'",
+        "remove_by_regex": "(self, regex_pattern: 'str', force: 'bool' = False) -> 'int'",
+        "setup": "(self, *args: 'Any', **kwargs: 'Any') -> 'int'",
+        "setup_with_config": "(self, config: 'ClientConfig') -> 'int'",
+        "unpin_kv_session": "(self, session_id: 'str') -> 'int'",
+        "unregister_buffer": "(self, buffer_ptr: 'int') -> 'int'",
+        "update_kv_session": "(self, session_id: 'str', keep_keys: 'Sequence[str]') -> 'int'",
+        "upsert": "(self, key: 'str', value: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "upsert_batch": "(self, keys: 'Sequence[str]', values: 'Sequence[Any]', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "upsert_from": "(self, key: 'str', buffer_ptr: 'int', size: 'int', config: 'ReplicateConfig | None' = None) -> 'int'",
+        "upsert_parts": "(self, key: 'str', *parts: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
+    },
+}
+
+
+def _signatures(cls: type) -> dict[str, str]:
+    found = {}
+    for name in dir(cls):
+        member = getattr(cls, name)
+        if name.startswith("_") or not callable(member):
+            continue
+        prefix = "async " if inspect.iscoroutinefunction(member) else ""
+        found[name] = prefix + str(inspect.signature(member))
+    return found
+
+
+@pytest.mark.parametrize("cls", [MooncakeDistributedStore, AsyncMooncakeStore])
+def test_compatibility_faces_keep_names_and_signatures(cls: type) -> None:
+    assert _signatures(cls) == PINNED[cls.__name__]
+
+
+def test_async_twins_offer_every_call_as_a_coroutine() -> None:
+    sync_calls = _signatures(Client)
+    async_calls = _signatures(AsyncClient)
+    local = {"register_buffer", "unregister_buffer", "connect"}
+    for name, signature in sync_calls.items():
+        if name in local:
+            continue
+        assert async_calls.get(name, "").startswith("async "), name
+        assert async_calls[name].removeprefix("async ") == signature, name
+
+
+USER_SNIPPET = """
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow as pa
+
+from mooncake_py import (
+    AsyncClient,
+    AsyncMooncakeStore,
+    BatchResult,
+    Client,
+    ClientConfig,
+    KeyResult,
+    KvSessionInfo,
+    KvSessionListing,
+    KvSessionPage,
+    MooncakeDistributedStore,
+    MooncakeError,
+    NotFoundError,
+    ReleaseResult,
+    ReplicateConfig,
+    SegmentStatus,
+)
+
+
+def typed(client: Client, ptr: int) -> None:
+    config = ReplicateConfig(replica_num=1)
+    client.register_buffer(ptr, 4096)
+    client.put("k", b"v", config)
+    client.put_parts("k", b"a", b"b", config=config)
+    client.put_from("k", ptr, 16, config)
+    puts: BatchResult[None] = client.put_batch(["a"], [b"1"], config)
+    client.batch_put_from(["a"], [ptr], [16], config)
+    client.upsert("k", b"v")
+    client.upsert_parts("k", b"a")
+    client.upsert_from("k", ptr, 16)
+    client.upsert_batch(["a"], [b"1"])
+    client.batch_upsert_from(["a"], [ptr], [16])
+    value: bytes = client.get("k")
+    values: list[bytes] = client.get_batch(["k"]).unwrap()
+    read: int = client.get_into("k", ptr, 16)
+    first: KeyResult[int] = client.batch_get_into(["k"], [ptr], [16])[0]
+    buffer: pa.Buffer = client.get_buffer("k")
+    buffers: BatchResult[pa.Buffer] = client.batch_get_buffer(["k"])
+    found: bool = client.is_exist("k")
+    flags: list[bool] = client.batch_is_exist(["k"]).unwrap()
+    size: int = client.get_size("k")
+    client.remove("k", force=True)
+    removed: BatchResult[None] = client.batch_remove(["k"])
+    count: int = client.remove_by_regex("^k", force=False) + client.remove_all()
+    attached: list[int] = client.attach_kv_session("s", ["k"]).codes
+    client.pin_kv_session("s")
+    client.unpin_kv_session("s")
+    client.update_kv_session("s", ["k"])
+    client.close_kv_session("s")
+    info: KvSessionInfo = client.get_kv_session("s")
+    page: KvSessionPage = client.list_kv_session_keys("s", "", 10)
+    listing: KvSessionListing = client.list_kv_sessions("", 10, None, 0)
+    released: ReleaseResult = client.release_kv_session("s")
+    released = client.release_stale_kv_sessions(1000, include_pinned=False)
+    released = client.release_all_kv_sessions(confirm=True)
+    released = client.release_kv_cache(keep_pinned=True)
+    stats: dict[str, int] = client.stats()
+    segments: list[SegmentStatus] = client.segments()
+    reachable: bool = client.master_reachable and not client.closed
+    name: str = client.hostname
+    client.unregister_buffer(ptr)
+    try:
+        client.get("missing")
+    except NotFoundError as exc:
+        code: int = exc.code
+        key: str | None = exc.key
+    client.close()
+    del puts, value, values, read, first, buffer, buffers, found, flags, size, removed
+    del count, attached, info, page, listing, released, stats, segments, reachable, name
+
+
+async def typed_async(ptr: int) -> None:
+    async with await AsyncClient.connect(ClientConfig()) as client:
+        client.register_buffer(ptr, 4096)
+        await client.put("k", b"v")
+        await client.put_parts("k", b"a")
+        await client.put_from("k", ptr, 16)
+        await client.put_batch(["a"], [b"1"])
+        await client.batch_put_from(["a"], [ptr], [16])
+        await client.upsert("k", b"v")
+        await client.upsert_parts("k", b"a")
+        await client.upsert_from("k", ptr, 16)
+        await client.upsert_batch(["a"], [b"1"])
+        await client.batch_upsert_from(["a"], [ptr], [16])
+        value: bytes = await client.get("k")
+        batch: BatchResult[bytes] = await client.get_batch(["k"])
+        read: int = await client.get_into("k", ptr, 16)
+        await client.batch_get_into(["k"], [ptr], [16])
+        buffer: pa.Buffer = await client.get_buffer("k")
+        await client.batch_get_buffer(["k"])
+        found: bool = await client.is_exist("k")
+        await client.batch_is_exist(["k"])
+        size: int = await client.get_size("k")
+        await client.remove("k")
+        await client.batch_remove(["k"])
+        count: int = await client.remove_by_regex("^k") + await client.remove_all()
+        await client.attach_kv_session("s", ["k"])
+        await client.pin_kv_session("s")
+        await client.unpin_kv_session("s")
+        await client.update_kv_session("s", [])
+        await client.close_kv_session("s")
+        info: KvSessionInfo = await client.get_kv_session("s")
+        page: KvSessionPage = await client.list_kv_session_keys("s")
+        listing: KvSessionListing = await client.list_kv_sessions()
+        released: ReleaseResult = await client.release_kv_session("s")
+        released = await client.release_stale_kv_sessions(1000)
+        released = await client.release_all_kv_sessions(True)
+        released = await client.release_kv_cache()
+        stats: dict[str, int] = await client.stats()
+        segments: list[SegmentStatus] = await client.segments()
+        name: str = client.hostname
+        reachable: bool = client.master_reachable
+        sync: Client = client.client
+        client.unregister_buffer(ptr)
+        del value, batch, read, buffer, found, size, count, info, page, listing, released
+        del stats, segments, name, reachable, sync
+
+
+def drop_in(store: MooncakeDistributedStore, ptr: int) -> None:
+    codes: list[int] = []
+    code: int = store.setup("127.0.0.1", "P2PHANDSHAKE", 1 << 24, 1 << 24, "tcp", "", "m:1")
+    code = store.setup({"master_server_address": "m:1"})
+    code = store.setup_with_config(ClientConfig())
+    code = store.register_buffer(ptr, 4096) + store.unregister_buffer(ptr)
+    code = store.put("k", b"v") + store.put_batch(["k"], [b"v"]) + store.put_parts("k", b"a")
+    code = store.put_from("k", ptr, 1) + store.upsert("k", b"v") + store.upsert_parts("k", b"a")
+    code = store.upsert_batch(["k"], [b"v"]) + store.upsert_from("k", ptr, 1)
+    codes = store.batch_put_from(["k"], [ptr], [1]) + store.batch_upsert_from(["k"], [ptr], [1])
+    value: bytes = store.get("k")
+    values: list[bytes] = store.get_batch(["k"])
+    code = store.get_into("k", ptr, 1)
+    codes = store.batch_get_into(["k"], [ptr], [1])
+    buffer: pa.Buffer | None = store.get_buffer("k")
+    buffers: list[pa.Buffer | None] = store.batch_get_buffer(["k"])
+    code = store.is_exist("k") + store.get_size("k") + store.remove("k", True)
+    codes = store.batch_is_exist(["k"]) + store.batch_remove(["k"])
+    code = store.remove_by_regex("^k") + store.remove_all(force=True)
+    codes = store.attach_kv_session("s", ["k"])
+    code = store.pin_kv_session("s") + store.unpin_kv_session("s") + store.close_kv_session("s")
+    code = store.update_kv_session("s", ["k"])
+    info: KvSessionInfo = store.get_kv_session("s")
+    page: KvSessionPage = store.list_kv_session_keys("s")
+    infos, cursor = store.list_kv_sessions("", 10, True, 0)
+    released: ReleaseResult = store.release_kv_session("s")
+    released = store.release_stale_kv_sessions(10) + store.release_all_kv_sessions(True)
+    released = store.release_kv_cache(False)
+    name: str = store.get_hostname()
+    code = store.health_check() + store.close()
+    del codes, code, value, values, buffer, buffers, info, page, infos, cursor, released, name
+
+
+async def drop_in_async(ptr: int) -> None:
+    async with AsyncMooncakeStore(MooncakeDistributedStore()) as store:
+        code: int = await store.setup({"master_server_address": "m:1"})
+        code = store.register_buffer(ptr, 4096) + store.unregister_buffer(ptr)
+        code = await store.put("k", b"v") + await store.put_batch(["k"], [b"v"])
+        code = await store.put_parts("k", b"a") + await store.put_from("k", ptr, 1)
+        code = await store.upsert("k", b"v") + await store.upsert_batch(["k"], [b"v"])
+        code = await store.upsert_parts("k", b"a") + await store.upsert_from("k", ptr, 1)
+        codes: list[int] = await store.batch_put_from(["k"], [ptr], [1])
+        codes = await store.batch_upsert_from(["k"], [ptr], [1])
+        value: bytes = await store.get("k")
+        values: list[bytes] = await store.get_batch(["k"])
+        code = await store.get_into("k", ptr, 1)
+        codes = await store.batch_get_into(["k"], [ptr], [1])
+        buffer: pa.Buffer | None = await store.get_buffer("k")
+        buffers: list[pa.Buffer | None] = await store.batch_get_buffer(["k"])
+        code = await store.is_exist("k") + await store.get_size("k")
+        codes = await store.batch_is_exist(["k"]) + await store.batch_remove(["k"])
+        code = await store.remove("k") + await store.remove_by_regex("^k")
+        code = await store.remove_all()
+        codes = await store.attach_kv_session("s", ["k"])
+        code = await store.pin_kv_session("s") + await store.unpin_kv_session("s")
+        code = await store.update_kv_session("s", []) + await store.close_kv_session("s")
+        info: KvSessionInfo = await store.get_kv_session("s")
+        page: KvSessionPage = await store.list_kv_session_keys("s")
+        infos, cursor = await store.list_kv_sessions()
+        released: ReleaseResult = await store.release_kv_session("s")
+        released = await store.release_stale_kv_sessions(10)
+        released = await store.release_all_kv_sessions(True)
+        released = await store.release_kv_cache()
+        name: str = store.get_hostname()
+        code = store.health_check() + await store.close()
+        del code, codes, value, values, buffer, buffers, info, page, infos, cursor
+        del released, name
+
+
+def main() -> None:
+    typed(Client(), 1)
+    drop_in(MooncakeDistributedStore(), 1)
+    asyncio.run(typed_async(1))
+    asyncio.run(drop_in_async(1))
+    try:
+        pass
+    except MooncakeError:
+        pass
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_user_snippet_calling_every_public_method_passes_mypy_strict(tmp_path: Path) -> None:
+    layout = build_layout(tmp_path / "layout")
+    snippet = layout / "user_snippet.py"
+    snippet.write_text(textwrap.dedent(USER_SNIPPET))
+    status, output = run_mypy(
+        ["--strict", "--follow-imports=silent", "--no-incremental", str(snippet)], layout
+    )
+    assert status == 0, output
