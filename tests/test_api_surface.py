@@ -10,13 +10,16 @@ a change to them fails here first. A user snippet that calls every public method
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from mooncake_py import AsyncClient, AsyncMooncakeStore, Client, MooncakeDistributedStore
-from tests.typecheck import build_layout, run_mypy
+from tests.typecheck import ROOT, build_layout, run_mypy
 
 PINNED: dict[str, dict[str, str]] = {
     "AsyncMooncakeStore": {
@@ -351,3 +354,17 @@ def test_a_user_snippet_calling_every_public_method_passes_mypy_strict(tmp_path:
         ["--strict", "--follow-imports=silent", "--no-incremental", str(snippet)], layout
     )
     assert status == 0, output
+
+
+def test_the_cli_loads_neither_the_master_nor_matplotlib() -> None:
+    probe = (
+        "import sys, mooncake_py.cli; "
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('mooncake_py.')}), "
+        "'matplotlib' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "'master'" not in result.stdout and result.stdout.strip().endswith("False")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith("matplotlib") for d in project["dependencies"])
+    assert project["scripts"]["mooncake-py-segment-host"] == "mooncake_py.client.segment_host:main"
