@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import re
+import selectors
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -106,6 +108,13 @@ class _StoreCollector(Collector):
             )
 
 
+class _MetricsHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's backlog of 5 makes a connection beyond it wait for a SYN retry (a second)
+    # when several scrapers and probes arrive together.
+    request_queue_size = 64
+
+
 class MetricsServer:
     """``/metrics`` and ``/health`` over HTTP on a background thread.
 
@@ -140,16 +149,35 @@ class MetricsServer:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 return  # scrapes are frequent; they are not news
 
-        self._http = ThreadingHTTPServer((host, port), Handler)
-        self._http.daemon_threads = True
+        self._http = _MetricsHTTPServer((host, port), Handler)
+        # handle_request() only accepts: the loop below has already seen a connection waiting.
+        self._http.timeout = 0
         self.port = int(self._http.server_address[1])
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, name="mooncake-metrics", daemon=True
-        )
+        # serve_forever() notices shutdown() only at its next poll tick (0.5 s by default); a
+        # byte on this pair wakes the loop at once, so close() returns without waiting.
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="mooncake-metrics", daemon=True)
         self._thread.start()
 
+    def _serve(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._http, selectors.EVENT_READ)
+            selector.register(self._wake_reader, selectors.EVENT_READ)
+            while True:
+                ready = selector.select()
+                if any(key.fileobj is self._wake_reader for key, _ in ready):
+                    return
+                self._http.handle_request()
+
     def close(self) -> None:
-        """Stop serving."""
-        self._http.shutdown()
-        self._http.server_close()
+        """Stop serving: stop accepting at once, wait for requests already being answered,
+        release the port. Closing twice is harmless."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake_writer.send(b"x")
         self._thread.join(timeout=5)
+        self._http.server_close()
+        self._wake_reader.close()
+        self._wake_writer.close()

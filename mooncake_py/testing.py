@@ -3,6 +3,8 @@
 ``InProcessMaster`` runs a :class:`MasterServer` on its own event loop in a background thread,
 so synchronous test code and clients in the same process can use it. ``MasterProcess`` runs
 ``python -m mooncake_py.master`` and reads the chosen port from its first line of output.
+:func:`wait_until` and :meth:`InProcessMaster.wait_for_leases_to_end` wait for state instead of
+for a guessed length of time.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -33,6 +36,7 @@ class InProcessMaster:
 
     Attributes:
         address: ``127.0.0.1:<port>`` once started.
+        clock: the master's time source.
         service: the :class:`MasterService` behind it (call its steps and ``check()``).
     """
 
@@ -46,6 +50,7 @@ class InProcessMaster:
         overrides.setdefault("metrics_port", 0)
         overrides.setdefault("rpc_address", "127.0.0.1")
         self.config = MasterConfig(**overrides)
+        self.clock = clock
         self._server = MasterServer(self.config, clock=clock, background=background)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -57,6 +62,28 @@ class InProcessMaster:
     def service(self) -> MasterService:
         """The service state of this master."""
         return self._server.service
+
+    def wait_for_leases_to_end(
+        self, keys: Iterable[str], tenant: str = "default", timeout_s: float = 10.0
+    ) -> None:
+        """Return once no read lease protects any of ``keys`` on the master's clock (an absent
+        key holds none), so they may be removed and evicted again. With a ``FakeClock``,
+        advance it instead: this would wait for nothing but the timeout.
+
+        Raises:
+            AssertionError: a lease still runs after ``timeout_s`` (real) seconds.
+        """
+        pending = list(keys)
+
+        def leases_ended() -> bool:
+            now = self.clock()
+            for key in pending:
+                meta = self.service.object_of(tenant, key)
+                if meta is not None and meta.has_live_lease(now):
+                    return False
+            return True
+
+        wait_until(leases_ended, timeout_s, what=f"the read leases of {len(pending)} key(s) end")
 
     def start(self) -> InProcessMaster:
         """Start serving; returns self."""
@@ -138,6 +165,24 @@ class MasterProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def wait_until(
+    condition: Callable[[], object],
+    timeout_s: float = 10.0,
+    poll_s: float = 0.01,
+    what: str = "the condition holds",
+) -> None:
+    """Return as soon as ``condition()`` is true, checking every ``poll_s`` seconds.
+
+    Raises:
+        AssertionError: still false after ``timeout_s`` seconds (``what`` names it).
+    """
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting until {what}")
+        time.sleep(poll_s)
 
 
 def _readline_with_timeout(process: subprocess.Popen[str], timeout_s: float) -> str:

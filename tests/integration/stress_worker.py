@@ -1,11 +1,18 @@
-"""A writer or reader process for the concurrency stress test.
+"""An owner, writer or reader process for the concurrency stress test.
 
 Values are self-verifying: ``sha256(key)[:16] | sha256(payload)[:16] | payload``. A reader
 that gets bytes back checks both digests, so a torn read (bytes of two writes) or a foreign
 read (another key's bytes) is caught, whatever version of the key it saw.
 
-Usage: ``python stress_worker.py ROLE MASTER SECONDS SEED [SEGMENT_BYTES]``; prints one JSON
-line of counts when done.
+Usage::
+
+    python stress_worker.py owner MASTER SEGMENT_BYTES
+    python stress_worker.py writer|reader MASTER SECONDS SEED
+
+Every role prints ``ready`` once set up (an owner once its segment is mounted), then waits
+for one line on stdin (or its end). For a writer or reader that line is the start signal: it
+then works for SECONDS and prints one JSON line of counts. For an owner it is the stop
+signal: the owner only hosts memory, and closes when told, so it outlives every other worker.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from mooncake_py import MooncakeDistributedStore
 
 KEYS = 64
 SIZES = (4096, 65536, 300_000, 1 << 20)
+READY = "ready"
 
 
 def make_value(key: str, rng: random.Random) -> bytes:
@@ -40,16 +48,33 @@ def verify(key: str, data: bytes | memoryview) -> bool:
     return key_ok and data[16:32] == hashlib.sha256(data[32:]).digest()[:16]
 
 
-def main() -> None:
-    role, master, seconds, seed = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
-    segment = int(sys.argv[5]) if len(sys.argv) > 5 else 0
-    rng = random.Random(seed)
+def _set_up(master: str, segment_bytes: int) -> MooncakeDistributedStore:
     store = MooncakeDistributedStore()
-    config = {"master_server_address": master, "global_segment_size": segment}
+    config = {"master_server_address": master, "global_segment_size": segment_bytes}
     assert store.setup(config) == 0
+    return store
+
+
+def _signal_ready_and_wait() -> None:
+    print(READY, flush=True)
+    sys.stdin.readline()
+
+
+def host(master: str, segment_bytes: int) -> None:
+    """Contribute a segment until told to stop."""
+    store = _set_up(master, segment_bytes)
+    _signal_ready_and_wait()
+    store.close()
+
+
+def work(role: str, master: str, seconds: float, seed: int) -> Counter[str]:
+    """Write (put, upsert, remove) or read (get, get_into) random keys for ``seconds``."""
+    rng = random.Random(seed)
+    store = _set_up(master, 0)
     buffer = np.zeros(max(SIZES), np.uint8)
     store.register_buffer(buffer.ctypes.data, buffer.nbytes)
     counts: Counter[str] = Counter()
+    _signal_ready_and_wait()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         key = f"stress-{rng.randrange(KEYS)}"
@@ -74,9 +99,18 @@ def main() -> None:
                 counts[f"get_into:{code}"] += 1
             else:
                 counts["get_into:ok" if verify(key, buffer[:code].data) else "CORRUPT"] += 1
-    if role == "owner":
-        time.sleep(0)  # owners only host memory; they stay until told to stop
     store.close()
+    return counts
+
+
+def main() -> None:
+    role, master = sys.argv[1], sys.argv[2]
+    if role == "owner":
+        host(master, int(sys.argv[3]))
+        return
+    if role not in ("writer", "reader"):
+        raise SystemExit(f"unknown role {role!r}")
+    counts = work(role, master, float(sys.argv[3]), int(sys.argv[4]))
     print(json.dumps(dict(counts)), flush=True)
 
 

@@ -1,40 +1,46 @@
-"""The ``mooncake-py`` ops CLI as a child process against a real master child process.
+"""The ``mooncake-py`` ops CLI against a real master child process.
 
 The store is populated through a :class:`MooncakeDistributedStore` in this process. Each test
 works in its own tenant (the master runs with ``--enable_multi_tenants``), so listings only
 show what the test created. The master runs without read leases so that reads made by the
 tests do not keep objects from being released.
+
+Most commands run through the CLI's ``main(argv)`` in this process, with its own stdin,
+stdout, stderr and environment (:func:`run_cli`); what only a real process shows (exit
+status, binary stdout on a pipe, a terminal on stdin) goes through ``python -m
+mooncake_py.cli`` (:func:`run_cli_process`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+from unittest import mock
 
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
 from mooncake_py import MooncakeDistributedStore, ObjectDataType, ReplicateConfig
+from mooncake_py.cli import main as cli_main
 from mooncake_py.client.master_rpc import MasterClient
-from mooncake_py.testing import MasterProcess
+from mooncake_py.master.clock import FakeClock
+from mooncake_py.testing import InProcessMaster, MasterProcess
 
 MASTER_FLAGS = ["--metrics_port", "-1", "--default_kv_lease_ttl", "0"]
-_CLEAN_ENV = {
-    k: v
-    for k, v in os.environ.items()
-    if k not in ("MOONCAKE_MASTER", "MOONCAKE_AUTH_TOKEN", "MOONCAKE_TENANT_ID")
-}
+_CLI_ENV_VARS = ("MOONCAKE_MASTER", "MOONCAKE_AUTH_TOKEN", "MOONCAKE_TENANT_ID")
+_CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in _CLI_ENV_VARS}
 
 
-def run_cli(
+def run_cli_process(
     *args: str,
     stdin: Any = subprocess.DEVNULL,
     env: dict[str, str] | None = None,
@@ -51,8 +57,35 @@ def run_cli(
     )
 
 
+def run_cli(
+    *args: str,
+    stdin: TextIO | None = None,
+    env: dict[str, str] | None = None,
+    binary: bool = False,
+) -> subprocess.CompletedProcess[Any]:
+    """Run ``main(ARGS)`` of the CLI in this process, as :func:`run_cli_process` would run it:
+    stdin empty (not a terminal) by default, only ``env`` of the CLI's variables set, stdout
+    (bytes when ``binary``) and stderr captured, the exit code as ``returncode``."""
+    stdout_bytes = io.BytesIO()
+    stdout = io.TextIOWrapper(stdout_bytes, encoding="utf-8", write_through=True)
+    stderr = io.StringIO()
+    environment = {**_CLEAN_ENV, **(env or {})}
+    with (
+        mock.patch.dict(os.environ, environment, clear=True),
+        mock.patch.object(sys, "stdin", stdin if stdin is not None else io.StringIO()),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
+        code = cli_main(list(args))
+    raw = stdout_bytes.getvalue()
+    return subprocess.CompletedProcess(
+        list(args), code, raw if binary else raw.decode("utf-8"), stderr.getvalue()
+    )
+
+
 class Cli:
-    """Runs the CLI against one master, in one tenant."""
+    """Runs the CLI against one master, in one tenant: :meth:`__call__` and :meth:`json` in
+    this process, :meth:`process` as a child process."""
 
     def __init__(self, address: str, tenant: str) -> None:
         self.address = address
@@ -60,6 +93,10 @@ class Cli:
 
     def __call__(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
         return run_cli("--master", self.address, "--tenant", self.tenant, *args, **kwargs)
+
+    def process(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        """Run as ``python -m mooncake_py.cli`` (``stdin`` may be a file descriptor)."""
+        return run_cli_process("--master", self.address, "--tenant", self.tenant, *args, **kwargs)
 
     def json(self, *args: str) -> Any:
         """Run with ``--json``; the command must succeed."""
@@ -79,15 +116,20 @@ def tenant(request: pytest.FixtureRequest) -> str:
     return request.node.name.replace("[", "-").replace("]", "")
 
 
-@pytest.fixture
-def store(master: MasterProcess, tenant: str) -> Iterator[MooncakeDistributedStore]:
+def _store_of(address: str, tenant: str) -> MooncakeDistributedStore:
     client = MooncakeDistributedStore()
     config = {
-        "master_server_address": master.address,
+        "master_server_address": address,
         "global_segment_size": 16 << 20,
         "tenant_id": tenant,
     }
     assert client.setup(config) == 0
+    return client
+
+
+@pytest.fixture
+def store(master: MasterProcess, tenant: str) -> Iterator[MooncakeDistributedStore]:
+    client = _store_of(master.address, tenant)
     yield client
     client.close()
 
@@ -227,12 +269,29 @@ def test_close_release_all_and_kv_cache(store: MooncakeDistributedStore, cli: Cl
     assert store.batch_is_exist(["weights", "kv-pinned"]) == [1, 0]
 
 
-def test_release_stale_dry_run_changes_nothing(store: MooncakeDistributedStore, cli: Cli) -> None:
+def test_release_stale_dry_run_changes_nothing(tenant: str) -> None:
+    # Idle times come from the master's clock: advancing it ages the first sessions at once.
+    clock = FakeClock()
+    with InProcessMaster(
+        clock=clock, background=False, enable_multi_tenants=True, default_kv_lease_ttl=0
+    ) as clocked:
+        store = _store_of(clocked.address, tenant)
+        cli = Cli(clocked.address, tenant)
+        try:
+            _release_stale_dry_run_then_for_real(store, cli, clock)
+        finally:
+            store.close()
+        clocked.service.check()
+
+
+def _release_stale_dry_run_then_for_real(
+    store: MooncakeDistributedStore, cli: Cli, clock: FakeClock
+) -> None:
     assert store.put("old1", b"o" * 100, tagged("old1")) == 0
     assert store.put("old2", b"o" * 200, tagged("old2")) == 0
     assert store.put("old-pinned", b"p" * 100, tagged("old-pinned")) == 0
     store.pin_kv_session("old-pinned")
-    time.sleep(3.1)
+    clock.advance(3.1)
     assert store.put("fresh", b"f" * 100, tagged("fresh")) == 0
 
     dry = cli("sessions", "release-stale", "--idle-over", "3s", "--dry-run", "--json")
@@ -242,7 +301,9 @@ def test_release_stale_dry_run_changes_nothing(store: MooncakeDistributedStore, 
     assert len(store.list_kv_sessions()[0]) == 4
     assert store.batch_is_exist(["old1", "old2", "old-pinned", "fresh"]) == [1, 1, 1, 1]
 
-    store.attach_kv_session("fresh", ["fresh"])  # activity: "fresh" stays under the limit
+    clock.advance(2.0)  # "fresh" is 2 s idle: under the limit only because of the attach below
+    store.attach_kv_session("fresh", ["fresh"])
+    clock.advance(2.0)
     released = cli.json("sessions", "release-stale", "--idle-over", "3s", "--yes")
     assert (released["sessions"], released["released_objects"]) == (2, 2)
     assert released["freed_bytes"] > 0
@@ -255,8 +316,9 @@ def test_release_stale_dry_run_changes_nothing(store: MooncakeDistributedStore, 
 def test_keys_get_and_rm(store: MooncakeDistributedStore, cli: Cli, tmp_path: Path) -> None:
     value = bytes(range(256)) * 40
     assert store.put("blob", value) == 0
-    printed = cli("keys", "get", "blob", binary=True)
+    printed = cli.process("keys", "get", "blob", binary=True)  # raw bytes on a real pipe
     assert printed.returncode == 0 and printed.stdout == value
+    assert cli("keys", "get", "blob", binary=True).stdout == value
     target = tmp_path / "blob.bin"
     saved = cli("keys", "get", "blob", "--output", str(target))
     assert saved.returncode == 0 and target.read_bytes() == value
@@ -305,7 +367,7 @@ def _answer_on_terminal(cli: Cli, answer: bytes, *args: str) -> subprocess.Compl
     leader, follower = os.openpty()
     try:
         os.write(leader, answer)
-        return cli(*args, stdin=follower)
+        return cli.process(*args, stdin=follower)
     finally:
         os.close(follower)
         os.close(leader)
@@ -330,15 +392,19 @@ def test_error_exit_codes(cli: Cli) -> None:
     usage = cli("sessions", "ls", "--idle-over", "soon")
     assert usage.returncode == 2 and "not a duration" in usage.stderr
 
-    unreachable = run_cli("--master", "127.0.0.1:1", "sessions", "ls")
-    assert unreachable.returncode == 3
+    unreachable = run_cli_process("--master", "127.0.0.1:1", "sessions", "ls")
+    assert unreachable.returncode == 3  # the exit status of the process
     assert unreachable.stderr.startswith("mooncake-py: cannot reach the master at 127.0.0.1:1")
+    usage_status = run_cli_process("--master", cli.address, "sessions", "ls", "--idle-over", "x")
+    assert usage_status.returncode == 2 and "not a duration" in usage_status.stderr
 
 
 def test_tokens(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"token-a": "tenant-a", "token-b": "tenant-b"}))
-    with MasterProcess([*MASTER_FLAGS, "--auth_tokens_file", str(tokens)]) as secured:
+    with InProcessMaster(
+        metrics_port=-1, default_kv_lease_ttl=0, auth_tokens_file=str(tokens)
+    ) as secured:
         store = MooncakeDistributedStore()
         config = {
             "master_server_address": secured.address,

@@ -12,9 +12,13 @@ from pathlib import Path
 from mooncake_py import MooncakeDistributedStore, ReplicateConfig, SoftPinAction
 from mooncake_py.testing import InProcessMaster
 from tests.conftest import ClientProcess, client_config
+from tests.integration.stress_worker import READY
 
 WORKER = Path(__file__).resolve().parent / "stress_worker.py"
 MIB = 1 << 20
+# How long the writers and readers race, all at once. Each second gives hundreds of reads
+# and several passes of eviction through the 6 MiB owner.
+WORK_SECONDS = 2.0
 
 
 def _pinned() -> ReplicateConfig:
@@ -70,30 +74,59 @@ def test_without_soft_pin_eviction_pinned_objects_survive_and_writes_fail(
             writer.close()
 
 
+def _start_stress_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``stress_worker.py ARGS`` and wait for its ``ready`` line."""
+    worker = subprocess.Popen(
+        [sys.executable, str(WORKER), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert worker.stdout is not None
+    line = worker.stdout.readline()
+    if line.strip() != READY:
+        worker.kill()
+        worker.wait()
+        raise AssertionError(f"stress worker {args[0]} did not get ready: {line!r}")
+    return worker
+
+
 def test_reads_racing_writes_and_eviction_never_see_wrong_bytes() -> None:
     with InProcessMaster(default_kv_lease_ttl=200) as master:
-        owner = subprocess.Popen(
-            [sys.executable, str(WORKER), "owner", master.address, "14", "0", str(6 * MIB)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        # The owner's segment is mounted before anyone writes, and it is unmounted only after
+        # every writer and reader is done: the race is among the workers, not their lifetimes.
+        owner = _start_stress_worker("owner", master.address, str(6 * MIB))
         roles = [("writer", "0"), ("writer", "0"), ("reader", "0"), ("reader", "1")]
-        workers = [
-            subprocess.Popen(
-                [sys.executable, str(WORKER), role, master.address, "8", str(seed)],
-                stdout=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "MOONCAKE_PY_FORCE_TCP": tcp},
-                cwd=Path(__file__).resolve().parents[2],
-            )
-            for seed, (role, tcp) in enumerate(roles, start=1)
-        ]
-        totals: Counter[str] = Counter()
-        for worker in workers:
-            out, _ = worker.communicate(timeout=120)
-            assert worker.returncode == 0
-            totals.update(json.loads(out.strip().splitlines()[-1]))
-        owner.communicate(timeout=60)
+        workers: list[subprocess.Popen[str]] = []
+        try:
+            for seed, (role, tcp) in enumerate(roles, start=1):
+                workers.append(
+                    _start_stress_worker(
+                        role,
+                        master.address,
+                        str(WORK_SECONDS),
+                        str(seed),
+                        env={"MOONCAKE_PY_FORCE_TCP": tcp},
+                    )
+                )
+            for worker in workers:  # all set up: start them together
+                assert worker.stdin is not None
+                worker.stdin.write("go\n")
+                worker.stdin.flush()
+            totals: Counter[str] = Counter()
+            for worker in workers:
+                out, _ = worker.communicate(timeout=120)
+                assert worker.returncode == 0
+                totals.update(json.loads(out.strip().splitlines()[-1]))
+            owner.communicate(input="stop\n", timeout=60)
+            assert owner.returncode == 0
+        finally:
+            for process in (owner, *workers):
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
         master.service.check()
         stats = master.service.stats()
     print(dict(totals), stats)

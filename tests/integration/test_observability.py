@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
@@ -62,3 +65,19 @@ def test_grpc_health_and_reflection(master: InProcessMaster) -> None:
     names = {s.name for s in answer.list_services_response.service}
     assert "mooncake_py.v1.MasterService" in names and "grpc.health.v1.Health" in names
     channel.close()
+
+
+def test_metrics_endpoint_serves_concurrent_scrapes_and_closes_with_the_master() -> None:
+    master = InProcessMaster().start()
+    port = master._server.metrics_port  # noqa: SLF001 - the bound port
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            scrapes = list(pool.map(lambda _: _scrape(port), range(16)))
+        assert all(metrics["master_key_count"] == 0 for metrics in scrapes)
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/nowhere", timeout=5)
+        assert missing.value.code == 404
+    finally:
+        master.stop()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)

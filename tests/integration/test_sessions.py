@@ -127,7 +127,7 @@ def test_pinned_session_survives_pressure_that_evicts_unpinned(make_store) -> No
         assert master.service.stats()["evicted_soft_pinned"] == 0
         # Unpinned (and once the reads' leases end), they are ordinary cache again.
         assert store.unpin_kv_session("live") == 0
-        time.sleep(0.3)
+        master.wait_for_leases_to_end(["live-0", "live-1"])
         for i in range(40, 80):
             assert store.put(f"cold-{i}", bytes([i]) * MIB) == 0
         assert store.get("live-0") == b""
