@@ -19,61 +19,57 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from mooncake_py.errors import ErrorCode, MooncakeError
+from mooncake_py.errors import ErrorCode, InvalidParamsError
+from mooncake_py.units import KIB, MIB, TIB, ConfigError, parse_bool, parse_size
 
-KIB = 1024
-MIB = 1024 * KIB
-TIB = 1024 * 1024 * MIB
 MIN_SEGMENT_BYTES = KIB
 MAX_SEGMENT_BYTES = TIB
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": KIB,
-    "kb": KIB,
-    "m": MIB,
-    "mb": MIB,
-    "g": 1024 * MIB,
-    "gb": 1024 * MIB,
-}
-_SIZE_UNITS |= {"t": TIB, "tb": TIB}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+__all__ = [
+    "KIB",
+    "MAX_SEGMENT_BYTES",
+    "MIB",
+    "MIN_SEGMENT_BYTES",
+    "TIB",
+    "ClientConfig",
+    "ClientConfigError",
+    "env_force_tcp",
+]
+
+_T = TypeVar("_T")
 
 
-def parse_size(value: object) -> int:
-    """Bytes from an int or a string such as ``"16MB"``, ``"3.125gb"``, ``"1024"``.
+class ClientConfigError(ConfigError, InvalidParamsError):
+    """An invalid client configuration value or file.
 
-    Raises:
-        MooncakeError: INVALID_PARAMS for malformed or negative values.
+    Both a :class:`~mooncake_py.units.ConfigError`, like every bad configuration, and the store's
+    INVALID_PARAMS error, so ``MooncakeDistributedStore.setup`` returns that code for it and
+    callers catching :class:`~mooncake_py.errors.MooncakeError` keep working.
     """
-    if isinstance(value, bool):
-        raise MooncakeError(ErrorCode.INVALID_PARAMS, f"size must be a number, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise MooncakeError(ErrorCode.INVALID_PARAMS, f"size must not be negative: {value}")
-        return value
-    match = _SIZE_RE.match(str(value))
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _SIZE_UNITS:
-        raise MooncakeError(ErrorCode.INVALID_PARAMS, f"cannot read a size from {value!r}")
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_PARAMS, message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.detail,))
 
 
-def parse_flag(value: object) -> bool:
-    """A boolean from ``True``/``"1"``/``"true"``/``"yes"``/``"on"`` (and their negatives)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("", "0", "false", "no", "off"):
+def _read(parse: Callable[[object, str], _T], value: object, key: str) -> _T:
+    """``parse(value, key)``, its ConfigError raised again as a ClientConfigError."""
+    try:
+        return parse(value, key)
+    except ConfigError as exc:
+        raise ClientConfigError(str(exc)) from exc
+
+
+def _read_flag(value: object, key: str) -> bool:
+    # An empty value means the flag is off, as an unset environment variable does.
+    if isinstance(value, str) and not value.strip():
         return False
-    raise MooncakeError(ErrorCode.INVALID_PARAMS, f"cannot read a boolean from {value!r}")
+    return _read(parse_bool, value, key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +93,12 @@ class ClientConfig:
             ``grpc`` (gRPC only); env ``MOONCAKE_PY_MASTER_TRANSPORT``.
         auth_token: bearer token for a master started with ``--auth_tokens_file`` (env
             ``MOONCAKE_AUTH_TOKEN``); the token decides the tenant unless ``tenant_id`` is set.
+
+    Raises:
+        ClientConfigError: on construction, for a segment or buffer size outside
+            [1 KiB, 1 TiB] (0 aside), a missing hostname or master address, a master address
+            that is not ``host:port``, an unknown ``master_transport`` or a non-positive
+            ``rpc_timeout_s``.
     """
 
     local_hostname: str = "127.0.0.1"
@@ -116,32 +118,31 @@ class ClientConfig:
         for name in ("global_segment_size", "local_buffer_size"):
             size = getattr(self, name)
             if size != 0 and not MIN_SEGMENT_BYTES <= size <= MAX_SEGMENT_BYTES:
-                raise MooncakeError(
-                    ErrorCode.INVALID_PARAMS, f"{name} must be 0 or within [1 KiB, 1 TiB]: {size}"
-                )
+                raise ClientConfigError(f"{name} must be 0 or within [1 KiB, 1 TiB]: {size}")
         if not self.local_hostname or not self.master_server_addr:
-            raise MooncakeError(
-                ErrorCode.INVALID_PARAMS, "local_hostname and master_server_addr must be set"
-            )
+            raise ClientConfigError("local_hostname and master_server_addr must be set")
         host, sep, port = self.master_server_addr.rpartition(":")
         if not sep or not host or not port.isdigit():
-            raise MooncakeError(
-                ErrorCode.INVALID_PARAMS,
+            raise ClientConfigError(
                 f"master address must be host:port: {self.master_server_addr!r}",
             )
         if self.master_transport not in ("auto", "grpc"):
-            raise MooncakeError(
-                ErrorCode.INVALID_PARAMS,
+            raise ClientConfigError(
                 f"master_transport must be 'auto' or 'grpc': {self.master_transport!r}",
             )
         if self.rpc_timeout_s <= 0:
-            raise MooncakeError(ErrorCode.INVALID_PARAMS, "rpc_timeout_s must be positive")
+            raise ClientConfigError("rpc_timeout_s must be positive")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ClientConfig:
         """Build from a setup dict or a config file's mapping; unknown keys are ignored.
 
-        Accepts upstream's key spellings (``master_server_address``, ``device_name``).
+        Accepts upstream's key spellings (``master_server_address``, ``device_name``). Sizes
+        and ``force_tcp`` are read with :func:`mooncake_py.units.parse_size` and
+        :func:`~mooncake_py.units.parse_bool` (an empty ``force_tcp`` is False).
+
+        Raises:
+            ClientConfigError: a value cannot be read or fails validation.
         """
         aliases = {"master_server_address": "master_server_addr", "device_name": "rdma_devices"}
         normalized = {aliases.get(k, k): v for k, v in values.items()}
@@ -151,9 +152,9 @@ class ClientConfig:
             if name not in fields or value is None:
                 continue
             if name in ("global_segment_size", "local_buffer_size"):
-                kwargs[name] = parse_size(value)
+                kwargs[name] = _read(parse_size, value, name)
             elif name == "force_tcp":
-                kwargs[name] = parse_flag(value)
+                kwargs[name] = _read_flag(value, name)
             elif name == "rpc_timeout_s":
                 kwargs[name] = float(value)
             else:
@@ -169,23 +170,28 @@ class ClientConfig:
 
     @classmethod
     def from_file(cls, path: str) -> ClientConfig:
-        """Build from a JSON file (upstream's ``MOONCAKE_CONFIG_PATH`` format)."""
+        """Build from a JSON file (upstream's ``MOONCAKE_CONFIG_PATH`` format).
+
+        Raises:
+            ClientConfigError: the file cannot be read, is not a JSON object, or holds an
+                invalid value.
+        """
         try:
             with open(path, encoding="utf-8") as handle:
                 values = json.load(handle)
         except (OSError, ValueError) as exc:
-            raise MooncakeError(
-                ErrorCode.INVALID_PARAMS, f"cannot read config file {path}: {exc}"
-            ) from exc
+            raise ClientConfigError(f"cannot read config file {path}: {exc}") from exc
         if not isinstance(values, dict):
-            raise MooncakeError(
-                ErrorCode.INVALID_PARAMS, f"config file {path} must hold a JSON object"
-            )
+            raise ClientConfigError(f"config file {path} must hold a JSON object")
         return cls.from_mapping(values)
 
     @classmethod
     def from_env(cls) -> ClientConfig:
-        """Build from ``MOONCAKE_CONFIG_PATH`` if set, else from ``MOONCAKE_*`` variables."""
+        """Build from ``MOONCAKE_CONFIG_PATH`` if set, else from ``MOONCAKE_*`` variables.
+
+        Raises:
+            ClientConfigError: as :meth:`from_file` and :meth:`from_mapping`.
+        """
         path = os.environ.get("MOONCAKE_CONFIG_PATH")
         if path:
             return cls.from_file(path)
@@ -203,5 +209,9 @@ class ClientConfig:
 
 
 def env_force_tcp() -> bool:
-    """True when ``MOONCAKE_PY_FORCE_TCP`` asks for the TCP path."""
-    return parse_flag(os.environ.get("MOONCAKE_PY_FORCE_TCP", ""))
+    """True when ``MOONCAKE_PY_FORCE_TCP`` asks for the TCP path (unset or empty: False).
+
+    Raises:
+        ClientConfigError: the variable is set to something other than a boolean.
+    """
+    return _read_flag(os.environ.get("MOONCAKE_PY_FORCE_TCP", ""), "MOONCAKE_PY_FORCE_TCP")

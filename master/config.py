@@ -10,8 +10,14 @@ A :class:`MasterConfig` is assembled from three layers, each overriding the one 
 Flag and key names follow upstream Mooncake's master flags. Flags accept both the underscore and
 the dash spelling (``--client_ttl`` / ``--client-ttl``), and file keys may use either. Boolean
 flags take a value like gflags (``--allow_evict_soft_pinned_objects=false``); a bare boolean flag
-means true. Every value is validated when the config is built, and any problem raises
-:class:`ConfigError` naming the offending key.
+means true. Booleans and durations are read as :mod:`mooncake_py.units` reads them everywhere:
+the ``*_kv_*_ttl`` fields take ``250ms``, ``90s``, ``1h30m`` or a bare number of milliseconds,
+``client_ttl`` and the ``*_sec`` fields the same forms with bare numbers in seconds.
+
+Each field declares its kind and a typed :class:`Constraint` (:class:`InRange`,
+:class:`AtLeast`, :class:`Positive`, :class:`OneOf`). Every value is validated when the config
+is built, and any problem raises :class:`ConfigError` naming the offending key, as
+``invalid KEY=VALUE: must be ...``.
 """
 
 from __future__ import annotations
@@ -21,26 +27,155 @@ import contextlib
 import json
 import math
 import os
-import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
-from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
-_MIB = 1024 * 1024
+from mooncake_py.units import (
+    MIB,
+    ConfigError,
+    invalid_value,
+    parse_bool,
+    parse_duration,
+    parse_duration_ms,
+)
+
+__all__ = [
+    "AtLeast",
+    "ConfigError",
+    "Constraint",
+    "InRange",
+    "Kind",
+    "MasterConfig",
+    "OneOf",
+    "Positive",
+    "SESSION_LIMIT_ENV",
+    "build_arg_parser",
+    "config_from_mapping",
+    "load_config_file",
+    "parse_args",
+    "parse_bool",
+    "parse_duration_ms",
+    "session_limits_from_env",
+]
+
+Kind = Literal["address", "path", "str", "bool", "int", "float", "seconds", "milliseconds"]
+"""What a field holds: a host to bind, a file path, a string, a bool, an int, a float, a
+duration in seconds (float) or in milliseconds (int)."""
 
 
-class ConfigError(ValueError):
-    """An invalid master configuration value, flag or file."""
+class Constraint(ABC):
+    """A rule a field's (type-checked) value must follow, declared next to the field."""
+
+    @abstractmethod
+    def admits(self, value: Any) -> bool:
+        """Whether ``value`` follows the rule."""
+
+    @property
+    @abstractmethod
+    def expected(self) -> str:
+        """What a rejected value must be instead, as the error message puts it."""
+
+    def canonical(self, value: Any) -> Any:
+        """The stored form of an admitted value; the value itself unless overridden."""
+        return value
 
 
-def _opt(default: object, kind: str, allowed: str, doc: str, *choices: str) -> Any:
-    """Declares a field; ``allowed`` is a range such as ``"[0, 65535]"``, ``"> 0"`` or ``""``."""
-    meta = {"kind": kind, "allowed": allowed, "help": doc, "choices": choices}
-    return field(default=default, metadata=meta)
+@dataclass(frozen=True)
+class InRange(Constraint):
+    """``low <= value <= high``, or ``low < value <= high`` when ``low_open``."""
+
+    low: int | float
+    high: int | float
+    low_open: bool = False
+
+    def admits(self, value: Any) -> bool:
+        above_low = self.low < value if self.low_open else self.low <= value
+        return bool(above_low and value <= self.high)
+
+    @property
+    def expected(self) -> str:
+        return f"in {self}"
+
+    def __str__(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low}, {self.high}]"
+
+
+@dataclass(frozen=True)
+class AtLeast(Constraint):
+    """``value >= bound``."""
+
+    bound: int | float
+
+    def admits(self, value: Any) -> bool:
+        return bool(value >= self.bound)
+
+    @property
+    def expected(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return f">= {self.bound}"
+
+
+@dataclass(frozen=True)
+class Positive(Constraint):
+    """``value > 0``."""
+
+    def admits(self, value: Any) -> bool:
+        return bool(value > 0)
+
+    @property
+    def expected(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return "> 0"
+
+
+@dataclass(frozen=True, init=False)
+class OneOf(Constraint):
+    """One of ``choices`` in any case; the value is stored as the choice is spelled."""
+
+    choices: tuple[str, ...]
+
+    def __init__(self, *choices: str) -> None:
+        object.__setattr__(self, "choices", choices)
+
+    def admits(self, value: Any) -> bool:
+        return self._match(value) is not None
+
+    def canonical(self, value: Any) -> Any:
+        return self._match(value)
+
+    @property
+    def expected(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+    def _match(self, value: Any) -> str | None:
+        lowered = value.lower() if isinstance(value, str) else None
+        return next((c for c in self.choices if c.lower() == lowered), None)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    kind: Kind
+    help: str
+    constraint: Constraint | None = None
+
+
+def _opt(default: object, kind: Kind, doc: str, constraint: Constraint | None = None) -> Any:
+    """Declares a field holding ``kind``, described by ``doc`` and checked by ``constraint``."""
+    return field(default=default, metadata={"spec": _Spec(kind, doc, constraint)})
+
+
+def _spec(f: Field[Any]) -> _Spec:
+    spec: _Spec = f.metadata["spec"]
+    return spec
 
 
 @dataclass(frozen=True)
@@ -52,82 +187,105 @@ class MasterConfig:
 
     # Loopback rather than upstream's 0.0.0.0, so a fresh start exposes nothing to the network.
     rpc_address: str = _opt(
-        "127.0.0.1", "str", "", "Address the RPC server binds to (use 0.0.0.0 for all interfaces)."
+        "127.0.0.1", "address", "Address the RPC server binds to (use 0.0.0.0 for all interfaces)."
     )
-    port: int = _opt(50051, "int", "[0, 65535]", "RPC server port; 0 picks a free port.")
+    port: int = _opt(50051, "int", "RPC server port; 0 picks a free port.", InRange(0, 65535))
     metrics_port: int = _opt(
-        9003, "int", "[-1, 65535]", "HTTP port of /metrics and /health; 0 picks one, -1 disables."
+        9003,
+        "int",
+        "HTTP port of /metrics and /health; 0 picks one, -1 disables.",
+        InRange(-1, 65535),
     )
     fast_rpc_port: int = _opt(
         0,
         "int",
-        "[-1, 65535]",
         "Stream-channel port (same RPCs, lower per-call cost); 0 picks a free one, -1 disables.",
+        InRange(-1, 65535),
     )
     client_ttl: float = _opt(
-        10.0, "float", "> 0", "Seconds without a heartbeat after which a client is dropped."
+        10.0, "seconds", "Seconds without a heartbeat after which a client is dropped.", Positive()
     )
     default_kv_lease_ttl: int = _opt(
-        10_000, "duration_ms", ">= 0", "Lease an object gets on each read, blocking its eviction."
+        10_000,
+        "milliseconds",
+        "Lease an object gets on each read, blocking its eviction.",
+        AtLeast(0),
     )
     default_kv_soft_pin_ttl: int = _opt(
-        1_800_000, "duration_ms", ">= 0", "How long a soft pin protects an object from eviction."
+        1_800_000,
+        "milliseconds",
+        "How long a soft pin protects an object from eviction.",
+        AtLeast(0),
     )
     max_kv_soft_pin_ttl: int = _opt(
-        86_400_000, "duration_ms", "> 0", "Longest soft pin a client may request."
+        86_400_000, "milliseconds", "Longest soft pin a client may request.", Positive()
     )
     allow_evict_soft_pinned_objects: bool = _opt(
-        True, "bool", "", "Evict soft-pinned objects when nothing else can be evicted."
+        True, "bool", "Evict soft-pinned objects when nothing else can be evicted."
     )
     put_start_discard_timeout_sec: float = _opt(
-        30.0, "float", ">= 0", "Seconds before an unfinished put may be replaced by a new one."
+        30.0,
+        "seconds",
+        "Seconds before an unfinished put may be replaced by a new one.",
+        AtLeast(0),
     )
     put_start_release_timeout_sec: float = _opt(
-        600.0, "float", ">= 0", "Seconds before an unfinished put's space is reclaimed."
+        600.0, "seconds", "Seconds before an unfinished put's space is reclaimed.", AtLeast(0)
     )
     allocation_strategy: str = _opt(
-        "random", "choice", "", "Replica placement.", "random", "free_ratio_first", "local_first"
+        "random",
+        "str",
+        "Replica placement.",
+        OneOf("random", "free_ratio_first", "local_first"),
     )
     eviction_high_watermark_ratio: float = _opt(
-        0.90, "float", "(0, 1]", "Storage usage ratio at which eviction starts."
+        0.90,
+        "float",
+        "Storage usage ratio at which eviction starts.",
+        InRange(0, 1, low_open=True),
     )
     eviction_ratio: float = _opt(
-        0.05, "float", "[0, 1]", "Fraction of stored data evicted per eviction pass."
+        0.05, "float", "Fraction of stored data evicted per eviction pass.", InRange(0, 1)
     )
-    enable_multi_tenants: bool = _opt(False, "bool", "", "Keep a separate key space per tenant.")
+    enable_multi_tenants: bool = _opt(False, "bool", "Keep a separate key space per tenant.")
     auth_tokens_file: str = _opt(
         "",
         "path",
-        "",
         "YAML/JSON file mapping token -> tenant; when set every RPC needs a Bearer token and "
         "tenants are separate key spaces.",
     )
     max_batch_keys: int = _opt(
-        100_000, "int", "> 0", "Largest number of keys a single batch RPC accepts."
+        100_000, "int", "Largest number of keys a single batch RPC accepts.", Positive()
     )
     max_message_bytes: int = _opt(
-        256 * _MIB, "int", f">= {_MIB}", "gRPC max send/receive message size in bytes."
+        256 * MIB, "int", "gRPC max send/receive message size in bytes.", AtLeast(MIB)
     )
     log_level: str = _opt(
-        "INFO", "choice", "", "Log verbosity.", "DEBUG", "INFO", "WARNING", "ERROR"
+        "INFO", "str", "Log verbosity.", OneOf("DEBUG", "INFO", "WARNING", "ERROR")
     )
     kv_session_max_sessions: int = _opt(
-        100_000, "int", "> 0", "Active KV sessions per master (env MC_KV_SESSION_MAX_SESSIONS)."
+        100_000,
+        "int",
+        "Active KV sessions per master (env MC_KV_SESSION_MAX_SESSIONS).",
+        Positive(),
     )
     kv_session_max_members: int = _opt(
         1_000_000,
         "int",
-        "> 0",
         "Members per KV session, and the largest update keep set (MC_KV_SESSION_MAX_MEMBERS).",
+        Positive(),
     )
     kv_session_max_per_object: int = _opt(
         100_000,
         "int",
-        "> 0",
         "KV sessions per object or per write tag list (MC_KV_SESSION_MAX_PER_OBJECT).",
+        Positive(),
     )
     kv_session_max_batch: int = _opt(
-        4096, "int", "> 0", "Keys per attach and largest key page (MC_KV_SESSION_MAX_BATCH)."
+        4096,
+        "int",
+        "Keys per attach and largest key page (MC_KV_SESSION_MAX_BATCH).",
+        Positive(),
     )
 
     def __post_init__(self) -> None:
@@ -135,7 +293,7 @@ class MasterConfig:
             object.__setattr__(self, f.name, _check_field(f, getattr(self, f.name)))
         for low, high in _ORDERED:
             if getattr(self, low) > getattr(self, high):
-                raise _invalid(low, getattr(self, low), f"<= {high}={getattr(self, high)!r}")
+                raise invalid_value(low, getattr(self, low), f"<= {high}={getattr(self, high)!r}")
 
 
 # Pairs of fields whose values must not decrease from the first to the second.
@@ -143,84 +301,53 @@ _ORDERED = (
     ("default_kv_soft_pin_ttl", "max_kv_soft_pin_ttl"),
     ("put_start_discard_timeout_sec", "put_start_release_timeout_sec"),
 )
+_FLOAT_KINDS = ("float", "seconds")
 
 
-def _invalid(key: str, value: object, allowed: str) -> ConfigError:
-    return ConfigError(f"invalid {key}={value!r}: must be {allowed}")
-
-
-def _in_range(value: float, allowed: str) -> bool:
-    if allowed[:1] in ("[", "("):
-        lo, hi = (float(bound) for bound in allowed[1:-1].split(","))
-        return (lo < value if allowed[0] == "(" else lo <= value) and value <= hi
-    if allowed.startswith(">="):
-        return value >= float(allowed[2:])
-    return value > float(allowed[1:])
-
-
-def _check_field(f: Field[Any], value: object) -> object:
-    """Checks one field's type and range; returns it canonicalised (float, choice spelling)."""
-    name, kind, allowed = f.name, f.metadata["kind"], f.metadata["allowed"]
+def _check_type(name: str, kind: Kind, value: object) -> object:
+    """Checks that ``value`` is of ``kind``; returns it canonicalised (ints as floats)."""
     if kind == "bool":
         if not isinstance(value, bool):
-            raise _invalid(name, value, "a bool")
+            raise invalid_value(name, value, "a bool")
         return value
     if kind == "path":
         if not isinstance(value, str):
-            raise _invalid(name, value, "a file path")
+            raise invalid_value(name, value, "a file path")
         return value
-    if kind in ("str", "choice"):
+    if kind in ("address", "str"):
         if not isinstance(value, str):
-            raise _invalid(name, value, "a string")
-        if kind == "str" and (not value or any(c.isspace() for c in value)):
-            raise _invalid(name, value, "a non-empty host name or IP address")
-        matches = [c for c in f.metadata["choices"] if c.lower() == value.lower()]
-        if kind == "choice" and not matches:
-            raise _invalid(name, value, "one of " + ", ".join(f.metadata["choices"]))
-        return matches[0] if matches else value
-    if isinstance(value, bool) or not isinstance(value, int | float if kind == "float" else int):
-        raise _invalid(name, value, "a number" if kind == "float" else "an integer")
-    if kind == "float" and not math.isfinite(value := float(value)):
-        raise _invalid(name, value, "a finite number")
-    if allowed and not _in_range(value, allowed):
-        raise _invalid(name, value, allowed if allowed[0] in "<>" else f"in {allowed}")
+            raise invalid_value(name, value, "a string")
+        if kind == "address" and (not value or any(c.isspace() for c in value)):
+            raise invalid_value(name, value, "a non-empty host name or IP address")
+        return value
+    floating = kind in _FLOAT_KINDS
+    if isinstance(value, bool) or not isinstance(value, int | float if floating else int):
+        raise invalid_value(name, value, "a number" if floating else "an integer")
+    if floating and not math.isfinite(value := float(value)):
+        raise invalid_value(name, value, "a finite number")
     return value
 
 
-_DURATION_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?")
-_UNIT_MS = {None: 1, "ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
-_TRUE, _FALSE = frozenset({"true", "1", "yes", "on"}), frozenset({"false", "0", "no", "off"})
+def _check_field(f: Field[Any], value: object) -> object:
+    """Checks one field's type and constraint; returns the value in its stored form."""
+    spec = _spec(f)
+    value = _check_type(f.name, spec.kind, value)
+    if spec.constraint is not None:
+        if not spec.constraint.admits(value):
+            raise invalid_value(f.name, value, spec.constraint.expected)
+        value = spec.constraint.canonical(value)
+    return value
 
 
-def _to_duration_ms(value: object, key: str) -> int:
-    amount: Decimal | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        amount = Decimal(value)
-    elif isinstance(value, str) and (match := _DURATION_RE.fullmatch(value.strip().lower())):
-        amount = Decimal(match[1]) * _UNIT_MS[match[2]]
-    if amount is None:
-        raise _invalid(key, value, "milliseconds, or a number with a ms/s/m/h suffix")
-    if amount < 0 or amount != amount.to_integral_value():
-        raise _invalid(key, value, "a non-negative whole number of milliseconds")
-    return int(amount)
-
-
-def _to_bool(value: object, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise _invalid(key, value, "one of true/false, 1/0, yes/no, on/off")
-
-
-def _coerce(kind: str, value: object, key: str) -> object:
+def _coerce(kind: Kind, value: object, key: str) -> object:
     """Converts a file or flag value towards a field's kind; _check_field validates the result."""
     if kind == "bool":
-        return _to_bool(value, key)
-    if kind == "duration_ms":
-        return _to_duration_ms(value, key)
+        return parse_bool(value, key=key)
+    if kind == "milliseconds":
+        return parse_duration_ms(value, key=key)
+    if kind == "seconds" and isinstance(value, str):
+        # Numbers are left to _check_field, which reports a bad one against the field's range.
+        return parse_duration(value, key=key)
     if isinstance(value, str):
         value = value.strip()
         with contextlib.suppress(ValueError):
@@ -228,28 +355,6 @@ def _coerce(kind: str, value: object, key: str) -> object:
     if kind == "int" and isinstance(value, float) and value.is_integer():
         return int(value)
     return value
-
-
-def parse_duration_ms(value: str | int | float) -> int:
-    """Parses a duration into whole milliseconds.
-
-    Args:
-        value: Milliseconds as an int or float, or a string of digits optionally followed by a
-            ``ms``, ``s``, ``m`` or ``h`` suffix (any case, e.g. ``"5s"`` -> 5000).
-
-    Raises:
-        ConfigError: If the value is negative, malformed or not a whole number of milliseconds.
-    """
-    return _to_duration_ms(value, "duration")
-
-
-def parse_bool(value: object) -> bool:
-    """Parses a bool, 0/1, or one of true/false, 1/0, yes/no, on/off (any case).
-
-    Raises:
-        ConfigError: If the value is not a recognised boolean.
-    """
-    return _to_bool(value, "boolean")
 
 
 def _decode(text: str, suffix: str) -> object:
@@ -315,12 +420,17 @@ def config_from_mapping(values: Mapping[str, object]) -> MasterConfig:
     Raises:
         ConfigError: On unknown keys, values that cannot be coerced, or failed validation.
     """
-    kinds = {f.name: f.metadata["kind"] for f in fields(MasterConfig)}
+    kinds = {f.name: _spec(f).kind for f in fields(MasterConfig)}
     unknown = [str(key) for key in values if key not in kinds]
     if unknown:
         raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
     kwargs: dict[str, Any] = {k: _coerce(kinds[k], v, k) for k, v in values.items()}
     return MasterConfig(**kwargs)
+
+
+_METAVARS = {"address": "ADDRESS", "seconds": "DURATION", "milliseconds": "DURATION"}
+# The unit of a bare number in each duration kind, as the help text names it.
+_DURATION_UNITS = {"seconds": "s", "milliseconds": "ms"}
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -340,16 +450,17 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     for f in fields(MasterConfig):
         names = dict.fromkeys([f"--{f.name}", f"--{f.name.replace('_', '-')}"])
-        kind, meta = f.metadata["kind"], f.metadata
+        spec = _spec(f)
+        kind, constraint = spec.kind, spec.constraint
         default = str(f.default).lower() if kind == "bool" else f"{f.default}"
         extra: dict[str, Any] = {"nargs": "?", "const": "true"} if kind == "bool" else {}
-        metavar = {"str": "ADDRESS", "duration_ms": "DURATION"}.get(kind, kind.upper())
-        if kind == "choice":
-            metavar = "{" + ",".join(meta["choices"]) + "}"
-        if kind == "duration_ms":
-            default += " ms; suffixes ms/s/m/h accepted"
-        allowed = f" Allowed: {meta['allowed']}." if meta["allowed"] else ""
-        doc = f"{meta['help']}{allowed} (default: {default})".replace("%", "%%")
+        metavar = _METAVARS.get(kind, kind.upper())
+        allowed = f" Allowed: {constraint}." if constraint is not None else ""
+        if isinstance(constraint, OneOf):  # the choices are in the metavar already
+            metavar, allowed = "{" + ",".join(constraint.choices) + "}", ""
+        if kind in _DURATION_UNITS:
+            default += f" {_DURATION_UNITS[kind]}; or a duration such as 250ms, 90s, 1h30m"
+        doc = f"{spec.help}{allowed} (default: {default})".replace("%", "%%")
         parser.add_argument(*names, dest=f.name, metavar=metavar, help=doc, **extra)
     return parser
 

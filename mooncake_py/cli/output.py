@@ -11,8 +11,6 @@ import dataclasses
 import datetime
 import io
 import json
-import math
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,14 +20,15 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from mooncake_py import units
+from mooncake_py.units import ConfigError
+
 Kind = Literal["text", "int", "bytes", "ms", "bool", "time", "percent"]
 """How a column's raw values are shown: text, counts, sizes, durations in milliseconds,
 flags, Unix times (seconds) or percentages."""
 
 _SIZE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 _DURATION_UNITS_MS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
-_DURATION_TOKEN = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|d|h|m|s)")
-_PLAIN_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 
 
 class UsageError(ValueError):
@@ -87,26 +86,21 @@ def format_duration(ms: float) -> str:
 
 def parse_duration(text: str) -> float:
     """Seconds from ``"90s"``, ``"30m"``, ``"2h"``, ``"1h30m"``, ``"1d"``, ``"500ms"`` or a plain
-    number of seconds (``"45"``, ``"1.5"``).
+    number of seconds (``"45"``, ``"1.5"``), as :func:`mooncake_py.units.parse_duration` reads
+    durations for the master and the client too.
 
     Units must appear from largest to smallest, each at most once.
 
     Raises:
-        ValueError: empty, negative or malformed text.
+        ConfigError: (a ValueError) empty, negative or malformed text; the message starts with
+            ``not a duration``.
     """
-    value = text.strip().lower()
-    if _PLAIN_NUMBER.fullmatch(value):
-        return float(value)
-    position, total_ms, last_size = 0, 0.0, math.inf
-    for match in _DURATION_TOKEN.finditer(value):
-        size = _DURATION_UNITS_MS[match.group(2)]
-        if match.start() != position or size >= last_size:
-            break
-        total_ms += float(match.group(1)) * size
-        position, last_size = match.end(), size
-    if not value or position != len(value):
-        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h, 1h30m or seconds)")
-    return total_ms / 1000.0
+    try:
+        return units.parse_duration(text, unit="s")
+    except ConfigError as exc:
+        raise ConfigError(
+            f"not a duration: {text!r} (use e.g. 90s, 30m, 2h, 1h30m or seconds)"
+        ) from exc
 
 
 def format_time(unix_seconds: float) -> str:

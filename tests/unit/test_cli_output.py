@@ -86,6 +86,8 @@ def test_format_duration(ms: int, text: str) -> None:
         ("1.5", 1.5),
         ("0", 0.0),
         (" 2H ", 7200.0),
+        ("1h 30m", 5400.0),  # spaces may separate terms, as in the master's flags
+        ("3 ms", 0.003),
     ],
 )
 def test_parse_duration(text: str, seconds: float) -> None:
@@ -93,7 +95,7 @@ def test_parse_duration(text: str, seconds: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", " ", "abc", "-5", "-5m", "1x", "m", "30m1h", "1h1h", "1h 30m", "1h30", "h30m"]
+    "text", ["", " ", "abc", "-5", "-5m", "1x", "m", "30m1h", "1h1h", "1h 30", "1h30", "h30m"]
 )
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):

@@ -9,8 +9,13 @@ from pathlib import Path
 import pytest
 
 from mooncake_py.master.config import (
+    AtLeast,
     ConfigError,
+    Constraint,
+    InRange,
     MasterConfig,
+    OneOf,
+    Positive,
     build_arg_parser,
     config_from_mapping,
     load_config_file,
@@ -336,7 +341,7 @@ def test_parse_duration_ms_rejects_non_numbers() -> None:
     with pytest.raises(ConfigError):
         parse_duration_ms(True)
     with pytest.raises(ConfigError):
-        parse_duration_ms(None)  # type: ignore[arg-type]
+        parse_duration_ms(None)
 
 
 @pytest.mark.parametrize(
@@ -362,6 +367,22 @@ def test_parse_bool(value: object, expected: bool) -> None:
 def test_parse_bool_rejects(value: object) -> None:
     with pytest.raises(ConfigError):
         parse_bool(value)
+
+
+def test_compound_durations() -> None:
+    cfg = parse_args(["--default_kv_lease_ttl=1h30m", "--max-kv-soft-pin-ttl", "1d 2h"])
+    assert cfg.default_kv_lease_ttl == 5_400_000
+    assert cfg.max_kv_soft_pin_ttl == 93_600_000
+
+
+def test_seconds_fields_take_durations(tmp_path: Path) -> None:
+    path = write(tmp_path, "master.yaml", "client_ttl: 1m30s\nput_start_release_timeout_sec: 10m\n")
+    cfg = parse_args(["--config", path, "--put-start-discard-timeout-sec=45s"])
+    assert cfg.client_ttl == 90.0
+    assert cfg.put_start_release_timeout_sec == 600.0
+    assert cfg.put_start_discard_timeout_sec == 45.0
+    assert parse_args(["--client_ttl=250ms"]).client_ttl == 0.25
+    assert parse_args(["--client_ttl=2.5"]).client_ttl == 2.5  # bare numbers stay seconds
 
 
 def test_duration_error_names_the_key() -> None:
@@ -454,6 +475,42 @@ def test_error_message_names_value_and_range() -> None:
     with pytest.raises(ConfigError) as info:
         MasterConfig(allocation_strategy="round_robin")
     assert "free_ratio_first" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("constraint", "admitted", "rejected", "text", "expected"),
+    [
+        (InRange(0, 65535), [0, 65535], [-1, 65536], "[0, 65535]", "in [0, 65535]"),
+        (InRange(0, 1, low_open=True), [1e-9, 1], [0, 1.01], "(0, 1]", "in (0, 1]"),
+        (AtLeast(5), [5, 6.5], [4.99], ">= 5", ">= 5"),
+        (Positive(), [1e-9, 1], [0, -1], "> 0", "> 0"),
+    ],
+)
+def test_range_constraints(
+    constraint: Constraint, admitted: list[float], rejected: list[float], text: str, expected: str
+) -> None:
+    assert all(constraint.admits(value) for value in admitted)
+    assert not any(constraint.admits(value) for value in rejected)
+    assert str(constraint) == text
+    assert constraint.expected == expected
+    assert constraint.canonical(admitted[0]) == admitted[0]
+
+
+def test_one_of_constraint() -> None:
+    levels = OneOf("DEBUG", "INFO")
+    assert levels.admits("debug") and levels.canonical("debug") == "DEBUG"
+    assert not levels.admits("TRACE") and not levels.admits(1)
+    assert levels.expected == "one of DEBUG, INFO"
+    assert levels == OneOf("DEBUG", "INFO")  # constraints are plain values
+
+
+def test_help_shows_each_constraint() -> None:
+    text = " ".join(build_arg_parser().format_help().split())
+    assert "RPC server port; 0 picks a free port. Allowed: [0, 65535]." in text
+    assert "Allowed: (0, 1]." in text
+    assert "Allowed: >= 1048576." in text
+    assert "Allowed: > 0." in text
+    assert "--allocation_strategy {random,free_ratio_first,local_first}" in text
 
 
 def test_config_error_is_a_value_error() -> None:
