@@ -1,5 +1,4 @@
-"""Client side of the master's stream channel
-(framing in :mod:`mooncake_py.master.transport.stream`).
+"""Client side of the master's stream channel (framing in :mod:`mooncake_py._wire.frames`).
 
 One TCP connection per concurrent caller, kept in a small pool: a call takes a connection,
 sends one frame, reads one frame, and gives the connection back. No extra thread sits between
@@ -11,20 +10,15 @@ from __future__ import annotations
 
 import itertools
 import socket
-import struct
 import threading
 
-HEADER = struct.Struct("<IIB")
+from mooncake_py._wire.frames import authenticate_frame, read_response, request_frame
+
 CONNECT_TIMEOUT_S = 5.0
-FIRST_READ_BYTES = 65536
-
-
-STATUS_UNAUTHENTICATED = 3
-STATUS_PERMISSION_DENIED = 4
 
 
 class ChannelError(Exception):
-    """The master rejected a frame; ``status`` says why (see the framing's status values)."""
+    """The master rejected a frame; ``status`` says why (the framing's status values)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -38,6 +32,7 @@ class ChannelClient:
         host: the master's address.
         port: its stream-channel port.
         timeout_s: socket timeout of every call.
+        token: presented in an ``Authenticate`` frame on every new connection ("" for none).
     """
 
     def __init__(self, host: str, port: int, timeout_s: float, token: str = "") -> None:
@@ -60,8 +55,8 @@ class ChannelClient:
         sock = self._take()
         call_id = next(self._call_ids) & 0xFFFFFFFF
         try:
-            sock.sendall(HEADER.pack(len(name) + len(payload), call_id, len(name)) + name + payload)
-            answered_id, status, body = _read_frame(sock)
+            sock.sendall(request_frame(call_id, name, payload))
+            answered_id, status, body = read_response(sock)
         except BaseException:
             sock.close()
             raise
@@ -83,10 +78,9 @@ class ChannelClient:
         sock.settimeout(self._timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._token:
-            name, token = b"Authenticate", self._token.encode()
             try:
-                sock.sendall(HEADER.pack(len(name) + len(token), 0, len(name)) + name + token)
-                _, status, body = _read_frame(sock)
+                sock.sendall(authenticate_frame(self._token))
+                _, status, body = read_response(sock)
             except BaseException:
                 sock.close()
                 raise
@@ -109,27 +103,3 @@ class ChannelClient:
             idle, self._idle = self._idle, []
         for sock in idle:
             sock.close()
-
-
-def _read_frame(sock: socket.socket) -> tuple[int, int, bytes]:
-    # Small answers arrive whole in the first read: one system call per call.
-    data = sock.recv(FIRST_READ_BYTES)
-    while len(data) < HEADER.size:
-        more = sock.recv(FIRST_READ_BYTES)
-        if not more:
-            raise ConnectionError("stream channel closed by the master")
-        data += more
-    length, call_id, status = HEADER.unpack_from(data)
-    total = HEADER.size + length
-    if len(data) >= total:
-        return call_id, status, data[HEADER.size : total]
-    body = bytearray(length)
-    view = memoryview(body)
-    have = len(data) - HEADER.size
-    view[:have] = data[HEADER.size :]
-    while have < length:
-        n = sock.recv_into(view[have:])
-        if n == 0:
-            raise ConnectionError("stream channel closed by the master")
-        have += n
-    return call_id, status, bytes(body)

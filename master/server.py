@@ -1,4 +1,5 @@
-"""The master process's server: the gRPC endpoint plus the background timers."""
+"""The master process's server: the gRPC endpoint and the stream channel, both serving the one
+call pipeline, plus ``/metrics`` and the background timers."""
 
 from __future__ import annotations
 
@@ -11,20 +12,24 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from mooncake_py._wire.rpcs import SERVICE_NAME
+
 from .background import BackgroundLoops
 from .clock import monotonic_clock
 from .config import MasterConfig
-from .metrics import MetricsServer
+from .metrics import MetricsServer, RpcCounters
 from .service.facade import MasterService
 from .transport.auth import TokenAuthority
-from .transport.handlers import add_to_server, method_table
+from .transport.grpc_transport import add_to_server
+from .transport.pipeline import CallPipeline
 from .transport.stream import StreamChannel, start_channel
 
 log = logging.getLogger(__name__)
 
 
 class MasterServer:
-    """A running master: service state, gRPC server and timers, on the current event loop.
+    """A running master: service state, gRPC server, stream channel and timers, on the current
+    event loop.
 
     Args:
         config: validated configuration (``port`` 0 picks a free port).
@@ -54,9 +59,10 @@ class MasterServer:
         self._channel: StreamChannel | None = None
         self._loops = BackgroundLoops(self.service, clock) if background else None
         # Read at construction so a bad tokens file fails the start with a clear message.
-        self._authority = (
+        authority = (
             TokenAuthority.from_file(config.auth_tokens_file) if config.auth_tokens_file else None
         )
+        self._pipeline = CallPipeline(self.service, authority, RpcCounters())
 
     @property
     def address(self) -> str:
@@ -80,8 +86,7 @@ class MasterServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        authority = self._authority
-        self._servicer = add_to_server(self.service, server, authority)
+        add_to_server(self._pipeline, server)
         bind = f"{self.config.rpc_address}:{self.config.port}"
         try:
             self.port = server.add_insecure_port(bind)
@@ -89,10 +94,9 @@ class MasterServer:
             raise RuntimeError(f"cannot listen on {bind}: {exc}") from exc
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
-        service_name = "mooncake_py.v1.MasterService"
         reflection.enable_server_reflection(
             (
-                service_name,
+                SERVICE_NAME,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             ),
@@ -100,26 +104,25 @@ class MasterServer:
         )
         await server.start()
         self._server = server
-        for name in ("", service_name):
+        for name in ("", SERVICE_NAME):
             await health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.config.metrics_port >= 0:
             self._metrics = MetricsServer(
                 self.service,
-                self._servicer.rpc_counters,
+                self._pipeline.counters,
                 self.config.rpc_address,
                 self.config.metrics_port,
             )
             self.metrics_port = self._metrics.port
         if self.config.fast_rpc_port >= 0:
             self._channel = await start_channel(
-                method_table(self._servicer),
+                self._pipeline,
                 self.config.rpc_address,
                 self.config.fast_rpc_port,
                 self.config.max_message_bytes,
-                authority,
             )
             self.fast_port = self._channel.port
-            self._servicer.fast_port = self.fast_port
+            self._pipeline.fast_port = self.fast_port
         if self._loops is not None:
             self._loops.start()
         log.info("master listening on %s:%d", self.config.rpc_address, self.port)

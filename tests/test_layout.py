@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from mooncake_py._wire.rpcs import RPCS, SERVICE
 from mooncake_py.client.master_rpc import MasterClient
-from mooncake_py.master.transport.handlers import MasterServicer, service_descriptor_methods
+from mooncake_py.master.config import MasterConfig
+from mooncake_py.master.metrics import RpcCounters
+from mooncake_py.master.service.facade import MasterService
+from mooncake_py.master.transport.pipeline import CallPipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,23 +67,24 @@ def test_generated_protobuf_code_is_fresh() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_only_the_boundary_modules_import_generated_code() -> None:
-    allowed = {ROOT / "master" / "transport" / "handlers.py", ROOT / "client" / "master_rpc.py"}
+def test_only_the_wire_package_imports_generated_code() -> None:
+    wire = ROOT / "mooncake_py" / "_wire"
+    generated = ROOT / "mooncake_py" / "_proto"
     offenders = []
-    for path in [
-        *ROOT.glob("master/**/*.py"),
-        *ROOT.glob("client/*.py"),
-        *ROOT.glob("mooncake_py/*.py"),
+    for path in [*ROOT.glob("master/**/*.py"), *ROOT.glob("client/**/*.py")] + [
+        p for p in ROOT.glob("mooncake_py/**/*.py") if wire not in p.parents
     ]:
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.ImportFrom)
-                and node.module
-                and "_proto" in node.module
-                and path not in allowed
-            ):
-                offenders.append(str(path))
+        if generated in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            if any("_proto" in m.split(".") for m in modules):
+                offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
 
 
@@ -95,14 +100,25 @@ CLIENT_METHOD_OF = {
 }
 
 
-def test_every_rpc_has_a_servicer_handler_and_a_client_method() -> None:
+def test_every_rpc_has_a_table_entry_a_bound_target_and_a_client_method() -> None:
     def snake(name: str) -> str:
         return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
 
-    for rpc in service_descriptor_methods():
-        assert callable(getattr(MasterServicer, rpc, None)), rpc
+    declared = [m.name for m in SERVICE.methods]
+    assert list(RPCS) == declared
+    pipeline = CallPipeline(MasterService(MasterConfig()), None, RpcCounters())
+    for rpc in declared:
+        assert callable(pipeline.calls[rpc].run), rpc
         client_method = CLIENT_METHOD_OF.get(rpc, snake(rpc))
         assert callable(getattr(MasterClient, client_method, None)), rpc
+
+
+def test_session_and_release_rpcs_target_their_services() -> None:
+    for rpc in RPCS.values():
+        if rpc.name.startswith("Release"):
+            assert rpc.target.startswith("service.releases."), rpc.name
+        elif "KvSession" in rpc.name and "Start" not in rpc.name:
+            assert rpc.target.startswith("service.sessions."), rpc.name
 
 
 @pytest.mark.timeout(300)

@@ -1,1 +1,2 @@
-"""The master's transport layer: protobuf handlers, the stream channel and authentication."""
+"""The master's transport layer: the call pipeline every RPC goes through, the gRPC endpoint
+and the stream channel that feed it, and token authentication."""

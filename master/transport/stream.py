@@ -1,60 +1,58 @@
-"""The master's stream channel: the same RPCs as gRPC over one long-lived TCP connection.
+"""The master's stream channel: the same RPCs as gRPC over long-lived TCP connections.
 
-A Python gRPC unary call costs several times a plain socket round trip, which dominates small
-operations (``is_exist``, small ``get``). Clients therefore send their calls over this channel
-when the master offers it (ServiceReady's ``fast_port``) and use gRPC otherwise. The messages
-are exactly those of ``proto/master.proto``; only the framing is ours:
+The framing is :mod:`mooncake_py._wire.frames`; every call runs through the call pipeline
+(:mod:`mooncake_py.master.transport.pipeline`) as gRPC calls do. This module only splits the
+byte stream into frames, answers ``Authenticate`` frames (the connection then acts for the
+token's identity) and unknown method names (status 2), and turns the pipeline's refusals into
+status bytes: unauthenticated 3, undecodable 1, permission denied 4. A frame whose header is
+unacceptable closes the connection.
 
-    request  = length u32 | call id u32 | name length u8 | method name | request message
-    response = length u32 | call id u32 | status u8     | response message (status 0)
-                                                         | UTF-8 error text (status != 0)
-
-(little-endian; ``length`` counts the bytes after the 9-byte header, name included.)
-Status: 0 ok, 1 undecodable request, 2 unknown method, 3 unauthenticated, 4 permission denied.
-Calls on one connection are answered in order. A frame longer than ``max_message_bytes``
-closes the connection.
-
-When the master requires tokens, a connection's first frame must be ``Authenticate`` with the
-token as its payload; the connection then acts for that token's tenant (see
-:mod:`mooncake_py.master.transport.auth`) and every other call before it is answered with status 3.
-
-Handlers run synchronously on the event loop, as the gRPC handlers do.
+Calls run synchronously on the event loop, in order per connection, as the gRPC ones do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
-from typing import Any
+from collections.abc import Mapping
 
-from google.protobuf.message import DecodeError
+from mooncake_py._wire.frames import (
+    AUTHENTICATE,
+    STATUS_OK,
+    STATUS_PERMISSION_DENIED,
+    STATUS_UNAUTHENTICATED,
+    STATUS_UNDECODABLE,
+    STATUS_UNKNOWN_METHOD,
+    FrameError,
+    next_request,
+    response_frame,
+)
 
-from .auth import Denial, TokenAuthority, bind_tenant
-from .handlers import Method
+from .pipeline import BoundCall, CallPipeline, Rejection
 
 log = logging.getLogger(__name__)
 
-HEADER = struct.Struct("<IIB")
-STATUS_OK = 0
-STATUS_UNDECODABLE = 1
-STATUS_UNKNOWN_METHOD = 2
-STATUS_UNAUTHENTICATED = 3
-STATUS_PERMISSION_DENIED = 4
-AUTHENTICATE = b"Authenticate"
+_STATUS_OF = {
+    Rejection.UNAUTHENTICATED: STATUS_UNAUTHENTICATED,
+    Rejection.UNDECODABLE: STATUS_UNDECODABLE,
+    Rejection.PERMISSION_DENIED: STATUS_PERMISSION_DENIED,
+}
+_BAD_TOKEN_TEXT = Rejection.UNAUTHENTICATED.value.encode()
 
 
 class _ChannelProtocol(asyncio.Protocol):
+    """One connection: its buffer and the identity its ``Authenticate`` frame established."""
+
     def __init__(
         self,
-        methods: dict[bytes, Method],
+        pipeline: CallPipeline,
+        calls: Mapping[bytes, BoundCall],
         max_frame: int,
         live: set[asyncio.Transport],
-        authority: TokenAuthority | None,
     ) -> None:
-        self._methods = methods
-        self._authority = authority
-        self._tenant: str | None = None
+        self._pipeline = pipeline
+        self._calls = calls
+        self._tenant = pipeline.authenticate(None)  # no token presented yet
         self._max_frame = max_frame
         self._live = live
         self._buffer = bytearray()
@@ -73,51 +71,34 @@ class _ChannelProtocol(asyncio.Protocol):
         buffer = self._buffer
         buffer += data
         start = 0
-        while len(buffer) - start >= HEADER.size:
-            length, call_id, name_length = HEADER.unpack_from(buffer, start)
-            if length > self._max_frame or name_length > length:
-                log.warning("closing a stream channel: bad frame header")
-                assert self._transport is not None
-                self._transport.close()
+        transport = self._transport
+        assert transport is not None
+        while True:
+            try:
+                frame = next_request(buffer, start, self._max_frame)
+            except FrameError as exc:
+                log.warning("closing a stream channel: %s", exc)
+                transport.close()
                 return
-            end = start + HEADER.size + length
-            if len(buffer) < end:
+            if frame is None:
                 break
-            body = start + HEADER.size
-            name = bytes(buffer[body : body + name_length])
-            payload = bytes(buffer[body + name_length : end])
-            self._answer(call_id, name, payload)
-            start = end
+            start, call_id, name, payload = frame
+            transport.write(self._answer(call_id, name, payload))
         if start:
             del buffer[:start]
 
-    def _answer(self, call_id: int, name: bytes, payload: bytes) -> None:
-        status, body = self._run(name, payload)
-        assert self._transport is not None
-        self._transport.write(HEADER.pack(len(body), call_id, status) + body)
-
-    def _run(self, name: bytes, payload: bytes) -> tuple[int, bytes]:
-        authority = self._authority
+    def _answer(self, call_id: int, name: bytes, payload: bytes) -> bytes:
+        bound = self._calls.get(name)
+        if bound is not None:
+            rejection, body = self._pipeline.call(bound, payload, self._tenant)
+            status = STATUS_OK if rejection is None else _STATUS_OF[rejection]
+            return response_frame(call_id, status, body)
         if name == AUTHENTICATE:
-            self._tenant = (
-                authority.tenant_of(payload.decode("utf-8", "replace")) if authority else ""
-            )
+            self._tenant = self._pipeline.authenticate(payload.decode("utf-8", "replace"))
             if self._tenant is None:
-                return STATUS_UNAUTHENTICATED, Denial.UNAUTHENTICATED.value.encode()
-            return STATUS_OK, b""
-        method = self._methods.get(name)
-        if method is None:
-            return STATUS_UNKNOWN_METHOD, b"unknown method " + name
-        if authority is not None and self._tenant is None:
-            return STATUS_UNAUTHENTICATED, Denial.UNAUTHENTICATED.value.encode()
-        try:
-            request: Any = method.request_type.FromString(payload)
-        except DecodeError as exc:
-            return STATUS_UNDECODABLE, f"undecodable request: {exc}".encode()
-        denied = self._tenant and bind_tenant(request, self._tenant) is not None
-        if authority is not None and denied:
-            return STATUS_PERMISSION_DENIED, Denial.PERMISSION_DENIED.value.encode()
-        return STATUS_OK, method.handler(request).SerializeToString()
+                return response_frame(call_id, STATUS_UNAUTHENTICATED, _BAD_TOKEN_TEXT)
+            return response_frame(call_id, STATUS_OK, b"")
+        return response_frame(call_id, STATUS_UNKNOWN_METHOD, b"unknown method " + name)
 
 
 class StreamChannel:
@@ -141,17 +122,20 @@ class StreamChannel:
 
 
 async def start_channel(
-    methods: list[Method],
-    host: str,
-    port: int,
-    max_frame: int,
-    authority: TokenAuthority | None = None,
+    pipeline: CallPipeline, host: str, port: int, max_frame: int
 ) -> StreamChannel:
-    """Listen on ``host:port`` (0 picks a free port) and serve ``methods``."""
-    by_name = {m.name.encode(): m for m in methods}
+    """Listen on ``host:port`` (0 picks a free port) and serve every RPC of ``pipeline``.
+
+    Args:
+        max_frame: the longest frame accepted; a longer one closes its connection.
+
+    Raises:
+        OSError: the address could not be bound.
+    """
+    calls = {bound.rpc.wire_name: bound for bound in pipeline.calls.values()}
     live: set[asyncio.Transport] = set()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: _ChannelProtocol(by_name, max_frame, live, authority), host, port
+        lambda: _ChannelProtocol(pipeline, calls, max_frame, live), host, port
     )
     return StreamChannel(server, live)

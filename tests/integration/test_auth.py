@@ -10,8 +10,20 @@ import grpc
 import pytest
 
 from mooncake_py import ErrorCode, MooncakeDistributedStore, MooncakeError, ReplicateConfig
+from mooncake_py._wire.frames import (
+    STATUS_PERMISSION_DENIED,
+    STATUS_UNAUTHENTICATED,
+    STATUS_UNDECODABLE,
+)
+from mooncake_py._wire.rpcs import RPCS
 from mooncake_py.client.master_rpc import MasterClient
+from mooncake_py.client.stream_client import ChannelClient, ChannelError
 from mooncake_py.errors import AuthenticationError, PermissionDeniedError
+from mooncake_py.master.config import MasterConfig
+from mooncake_py.master.metrics import RpcCounters
+from mooncake_py.master.service.facade import MasterService
+from mooncake_py.master.transport.auth import TokenAuthority
+from mooncake_py.master.transport.pipeline import CallPipeline, Rejection
 from mooncake_py.testing import InProcessMaster
 
 TOKENS = {"token-a": "tenant-a", "token-b": "tenant-b"}
@@ -127,7 +139,56 @@ def test_raw_grpc_without_metadata_is_unauthenticated(auth_master: InProcessMast
         request_serializer=lambda b: b,
         response_deserializer=lambda b: b,
     )
-    with pytest.raises(grpc.RpcError) as caught:
-        call(b"", timeout=5)
-    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    # Authentication comes first: not even undecodable bytes tell a caller without a token more.
+    for payload in (b"", b"\xff\xfe\xfd\x00garbage"):
+        with pytest.raises(grpc.RpcError) as caught:
+            call(payload, timeout=5)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
     channel.close()
+
+
+def test_stream_calls_before_authenticate_are_refused(auth_master: InProcessMaster) -> None:
+    port = auth_master._server.fast_port  # noqa: SLF001 - the bound port
+    anonymous = ChannelClient("127.0.0.1", port, 5.0)
+    for payload in (b"", b"\xff\xfe\xfd\x00garbage"):
+        with pytest.raises(ChannelError, match="missing or invalid token") as caught:
+            anonymous.call(b"RemoveAll", payload)
+        assert caught.value.status == STATUS_UNAUTHENTICATED
+    anonymous.close()
+    with pytest.raises(ChannelError) as caught:
+        ChannelClient("127.0.0.1", port, 5.0, token="wrong").call(b"RemoveAll", b"")
+    assert caught.value.status == STATUS_UNAUTHENTICATED
+    tenant_a = ChannelClient("127.0.0.1", port, 5.0, token="token-a")
+    with pytest.raises(ChannelError, match="undecodable") as caught:
+        tenant_a.call(b"ExistKey", b"\x12\x03\xff\xfe\xfd")
+    assert caught.value.status == STATUS_UNDECODABLE
+    foreign = RPCS["ExistKey"].args.encode("tenant-b", "k").SerializeToString()
+    with pytest.raises(ChannelError, match="another tenant") as caught:
+        tenant_a.call(b"ExistKey", foreign)
+    assert caught.value.status == STATUS_PERMISSION_DENIED
+    tenant_a.close()
+
+
+def test_the_pipeline_refuses_in_order_and_counts_only_what_ran() -> None:
+    counters = RpcCounters()
+    pipeline = CallPipeline(
+        MasterService(MasterConfig(auth_tokens_file="tokens.json")),
+        TokenAuthority(TOKENS),
+        counters,
+    )
+    exist = pipeline.calls["ExistKey"]
+    garbage = b"\x12\x03\xff\xfe\xfd"
+    assert pipeline.authenticate(None) is None and pipeline.authenticate("wrong") is None
+    assert pipeline.authenticate_bearer("Bearer token-b") == "tenant-b"
+    assert pipeline.call(exist, garbage, None)[0] is Rejection.UNAUTHENTICATED
+    rejection, text = pipeline.call(exist, garbage, "tenant-a")
+    assert rejection is Rejection.UNDECODABLE and text.startswith(b"undecodable request: ")
+    foreign = RPCS["ExistKey"].args.encode("tenant-b", "k").SerializeToString()
+    assert pipeline.call(exist, foreign, "tenant-a")[0] is Rejection.PERMISSION_DENIED
+    unnamed = RPCS["ExistKey"].args.encode("", "k").SerializeToString()
+    rejection, answer = pipeline.call(exist, unnamed, "tenant-a")
+    assert (
+        rejection is None
+        and RPCS["ExistKey"].result.decode(RPCS["ExistKey"].response_type.FromString(answer)) == 0
+    )
+    assert counters.requests == {"ExistKey": 1} and counters.failures == {}

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import grpc
 import numpy as np
 import pytest
 
 from mooncake_py import ErrorCode
+from mooncake_py._wire.rpcs import RPCS
 from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.client.transfer import OP_READ, OP_WRITE, TransferClient, TransferOp
+from mooncake_py.master.config import MasterConfig
+from mooncake_py.master.metrics import RpcCounters
+from mooncake_py.master.service.facade import MasterService
+from mooncake_py.master.transport.pipeline import CallPipeline
 from mooncake_py.testing import InProcessMaster, MasterProcess
 from mooncake_py.types import ReplicateConfig, SegmentInfo
 
@@ -88,7 +94,7 @@ def test_bad_segments(master: InProcessMaster, make_store) -> None:  # type: ign
         == INVALID
     )
     assert raw.unmount_segment("c", str(uuid.uuid4())) == 0  # idempotent
-    own_segment = store._core.segments()[0]  # noqa: SLF001 - the test needs the real id
+    own_segment = store.client._core.segments()[0]  # noqa: SLF001 - the test needs the real id
     assert raw.unmount_segment("someone-else", own_segment.id) == INVALID
     assert raw.mount_segment("someone-else", own_segment) == INVALID
 
@@ -122,3 +128,40 @@ def test_undecodable_bytes_do_not_hurt_the_master(master_process: MasterProcess)
     channel.close()
     _still_serving(master_process.address)
     assert master_process.process is not None and master_process.process.poll() is None
+
+
+def test_a_failing_call_is_answered_internal_error_and_counted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("broken target")
+
+    service = MasterService(MasterConfig())
+    monkeypatch.setattr(service, "exist_key", broken)
+    monkeypatch.setattr(service.sessions, "attach_kv_session", broken)
+    counters = RpcCounters()
+    pipeline = CallPipeline(service, None, counters)  # binds the broken targets
+
+    def run(name: str, *args: object) -> Any:
+        rpc = RPCS[name]
+        payload = rpc.args.encode(*args).SerializeToString()
+        rejection, body = pipeline.call(pipeline.calls[name], payload, "")
+        assert rejection is None
+        return rpc.result.decode(rpc.response_type.FromString(body))
+
+    internal = int(ErrorCode.INTERNAL_ERROR)
+    assert run("ExistKey", "t", "k") == internal
+    assert run("AttachKvSession", "t", "s", ["a", "b", "c"]) == [internal] * 3
+    assert "ExistKey failed" in caplog.text and "broken target" in caplog.text
+    # The pipeline keeps serving, and counts answers that carry a non-zero code as failed.
+    assert run("BatchExistKey", "t", ["k"]) == [0]
+    assert run("Remove", "t", "k", False) == ErrorCode.OBJECT_NOT_FOUND
+    assert run("GetStats")["objects"] == 0
+    assert counters.requests == {
+        "ExistKey": 1,
+        "AttachKvSession": 1,
+        "BatchExistKey": 1,
+        "Remove": 1,
+        "GetStats": 1,
+    }
+    assert counters.failures == {"ExistKey": 1, "AttachKvSession": 1, "Remove": 1}

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import socket
-import struct
 
 import pytest
 
 from mooncake_py import ErrorCode, MooncakeDistributedStore
+from mooncake_py._wire.frames import HEADER, STATUS_UNDECODABLE, STATUS_UNKNOWN_METHOD
 from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.client.stream_client import ChannelClient, ChannelError
 from mooncake_py.testing import InProcessMaster
-
-HEADER = struct.Struct("<IIB")
 
 
 def _fast_port(master: InProcessMaster) -> int:
@@ -25,7 +23,7 @@ def test_both_transports_give_the_same_answers(master: InProcessMaster, transpor
     config = {"master_server_address": master.address, "global_segment_size": 8 << 20}
     assert store.setup({**config, "master_transport": transport}) == 0
     try:
-        assert store._core.master.stream_connected == (transport == "auto")  # noqa: SLF001
+        assert store.client._core.master.stream_connected == (transport == "auto")  # noqa: SLF001
         assert store.put("k", b"value") == 0
         assert store.get("k") == b"value"
         assert store.batch_is_exist(["k", "missing"]) == [1, 0]
@@ -40,10 +38,13 @@ def test_both_transports_give_the_same_answers(master: InProcessMaster, transpor
 
 def test_bad_frames_get_clean_errors_and_the_master_keeps_serving(master: InProcessMaster) -> None:
     channel = ChannelClient("127.0.0.1", _fast_port(master), 5.0)
-    with pytest.raises(ChannelError, match="unknown method"):
+    with pytest.raises(ChannelError, match="unknown method") as caught:
         channel.call(b"NoSuchMethod", b"")
-    with pytest.raises(ChannelError, match="undecodable"):
+    assert caught.value.status == STATUS_UNKNOWN_METHOD
+    with pytest.raises(ChannelError, match="undecodable request: ") as caught:
         channel.call(b"ExistKey", b"\x12\x03\xff\xfe\xfd")  # key with invalid UTF-8
+    assert caught.value.status == STATUS_UNDECODABLE
+    assert channel.call(b"ExistKey", b"") != b""  # the connection still serves
     channel.close()
 
     raw = socket.create_connection(("127.0.0.1", _fast_port(master)))

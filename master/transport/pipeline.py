@@ -1,0 +1,177 @@
+"""The one call pipeline every master RPC goes through, whichever transport carried it.
+
+For each call, in this order:
+
+1. **authenticate**: when the master requires tokens, a caller without a known token is
+   refused (:attr:`Rejection.UNAUTHENTICATED`) before its bytes are even parsed;
+2. **decode**: request bytes that do not parse (bad wire bytes, invalid UTF-8 in a string) are
+   refused (:attr:`Rejection.UNDECODABLE`, with the parse error in the text);
+3. **bind the tenant**: a request naming another tenant than the token's is refused
+   (:attr:`Rejection.PERMISSION_DENIED`); one naming none acts for the token's tenant;
+4. **run**: the request's fields become the target's arguments, the target runs and its
+   result becomes the response (all as :mod:`mooncake_py._wire.rpcs` declares);
+5. **record**: :class:`~mooncake_py.master.metrics.RpcCounters` counts the call, failed when
+   the answer carries a non-zero code;
+6. **map errors**: an unexpected exception in step 4 is logged and answered with the RPC's
+   INTERNAL_ERROR answer (counted as failed), so one bad request never takes the master down.
+
+Refused calls get no answer message and are not counted. Transports only frame calls and turn
+a :class:`Rejection` into their own status: gRPC aborts with UNAUTHENTICATED,
+INVALID_ARGUMENT or PERMISSION_DENIED, the stream channel answers with status 3, 1 or 4.
+
+Thread-safety: calls run on the event loop thread (targets never block); the pipeline holds no
+per-call state, so a transport may run calls from any single thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from mooncake_py._wire.rpcs import RPCS, Rpc
+
+from ..metrics import RpcCounters
+from ..service.facade import SERVICE_VERSION, MasterService
+from .auth import Denial, TokenAuthority, bind_tenant
+
+log = logging.getLogger(__name__)
+
+
+class Rejection(enum.Enum):
+    """Why the pipeline refused a call without running it; the value is the text sent back."""
+
+    UNAUTHENTICATED = Denial.UNAUTHENTICATED.value
+    UNDECODABLE = "undecodable request"
+    PERMISSION_DENIED = Denial.PERMISSION_DENIED.value
+
+
+_UNAUTHENTICATED_TEXT = Rejection.UNAUTHENTICATED.value.encode()
+_PERMISSION_DENIED_TEXT = Rejection.PERMISSION_DENIED.value.encode()
+
+
+class BoundCall:
+    """One RPC bound to its target: everything a call needs, resolved once.
+
+    Attributes:
+        rpc: the table entry.
+        parse: request bytes -> request message; raises DecodeError.
+        run: a parsed, tenant-bound request -> the serialized answer (steps 4 to 6).
+    """
+
+    __slots__ = ("rpc", "parse", "run")
+
+    def __init__(self, rpc: Rpc, run: Callable[[Any], bytes]) -> None:
+        self.rpc = rpc
+        self.parse = rpc.request_type.FromString
+        self.run = run
+
+
+class CallPipeline:
+    """Authenticates, decodes, binds, runs, records and guards every call.
+
+    Args:
+        service: the service the RPC targets belong to.
+        authority: the known tokens; None when the master requires none.
+        counters: where calls are counted.
+
+    Attributes:
+        service: as given (targets are paths from here: ``service.exist_key``).
+        counters: as given.
+        fast_port: the stream channel's port, advertised by ServiceReady (0: none).
+        calls: every RPC by name, bound.
+
+    Raises:
+        AttributeError: a table target does not exist on ``service``.
+    """
+
+    def __init__(
+        self,
+        service: MasterService,
+        authority: TokenAuthority | None,
+        counters: RpcCounters,
+    ) -> None:
+        self.service = service
+        self.counters = counters
+        self.fast_port = 0
+        self._authority = authority
+        self.calls: Mapping[str, BoundCall] = {
+            name: BoundCall(rpc, self._runner(rpc)) for name, rpc in RPCS.items()
+        }
+
+    @property
+    def requires_token(self) -> bool:
+        """Whether callers must present a token."""
+        return self._authority is not None
+
+    def service_ready(self) -> tuple[str, int]:
+        """ServiceReady's answer: ``(version, stream-channel port or 0)``."""
+        return SERVICE_VERSION, self.fast_port
+
+    def authenticate(self, token: str | None) -> str | None:
+        """The identity of a caller presenting ``token`` (None: no token yet).
+
+        Returns:
+            Its tenant; None (unauthenticated) when tokens are required and ``token`` is
+            missing or unknown; "" (acts for whichever tenant it names) when none are.
+        """
+        if self._authority is None:
+            return ""
+        return self._authority.tenant_of(token)
+
+    def authenticate_bearer(self, header: str | None) -> str | None:
+        """:meth:`authenticate` for an ``authorization: Bearer <token>`` header value."""
+        if self._authority is None:
+            return ""
+        return self._authority.tenant_of_header(header)
+
+    def call(
+        self, bound: BoundCall, payload: bytes, tenant: str | None
+    ) -> tuple[Rejection | None, bytes]:
+        """Run one call of ``bound`` with request bytes ``payload`` for identity ``tenant``
+        (from :meth:`authenticate`).
+
+        Returns:
+            ``(None, serialized answer)``, or ``(rejection, UTF-8 text)`` for a refused call.
+
+        Complexity: that of the target plus O(payload) for decoding and encoding.
+        """
+        bind_to = None
+        if self._authority is not None:
+            if tenant is None:
+                return Rejection.UNAUTHENTICATED, _UNAUTHENTICATED_TEXT
+            bind_to = tenant
+        try:
+            request = bound.parse(payload)
+        except DecodeError as exc:
+            return Rejection.UNDECODABLE, f"{Rejection.UNDECODABLE.value}: {exc}".encode()
+        if bind_to is not None and bind_tenant(request, bind_to) is not None:
+            return Rejection.PERMISSION_DENIED, _PERMISSION_DENIED_TEXT
+        return None, bound.run(request)
+
+    def _runner(self, rpc: Rpc) -> Callable[[Any], bytes]:
+        target = operator.attrgetter(rpc.target)(self)
+        decode_args = rpc.args.decode
+        encode = rpc.result.encode
+        name = rpc.name
+        record = self.counters.record
+        answers_code = rpc.answers_code
+        failure = rpc.failure
+
+        def run(request: Any) -> bytes:
+            try:
+                response = encode(target(*decode_args(request)))
+                answer: bytes = response.SerializeToString()
+            except Exception:
+                log.exception("%s failed", name)
+                record(name, True)
+                failed: bytes = failure(request).SerializeToString()
+                return failed
+            record(name, answers_code and response.code != 0)
+            return answer
+
+        return run

@@ -1,0 +1,421 @@
+"""Protobuf <-> typed conversions for every message the master and the client exchange.
+
+Each ``encode_*`` takes what the master's service returns (or what the client sends) and builds
+the protobuf message; the matching ``decode_*`` turns that message back into what the client's
+methods return. Where the two forms are the same, ``decode(encode(x)) == x``; where they differ
+(a ping, a regex removal's count, a lookup that failed) the docstring says how.
+
+Every function is pure, thread-safe and O(size of the message). Hot paths (replicas, session
+listings) name their fields instead of going through :func:`dataclasses.asdict`, which copies
+recursively and costs several times as much.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from mooncake_py._proto import master_pb2 as pb
+from mooncake_py.types import (
+    ClientStatus,
+    KvSessionInfo,
+    KvSessionPage,
+    ObjectDataType,
+    PutStartResult,
+    ReleaseResult,
+    ReplicaDescriptor,
+    ReplicaListResult,
+    ReplicaStatus,
+    ReplicateConfig,
+    SegmentInfo,
+    SoftPinAction,
+)
+
+_RELEASE_FIELDS = tuple(f.name for f in dataclasses.fields(ReleaseResult))
+_SEGMENT_FIELDS = tuple(f.name for f in dataclasses.fields(SegmentInfo))
+
+# -- shared types ----------------------------------------------------------------------------
+
+
+def encode_config(config: ReplicateConfig) -> pb.ReplicateConfig:
+    """A typed :class:`ReplicateConfig` to protobuf.
+
+    ``kv_sessions`` is not part of the message: tagged writes carry it in their own request
+    fields (see :mod:`mooncake_py._wire.rpcs`). ``group_ids=None`` and ``[]`` both encode as no
+    entries; ``soft_pin_ttl_ms=None`` leaves the optional field unset.
+    """
+    message = pb.ReplicateConfig(
+        replica_num=config.replica_num,
+        with_hard_pin=config.with_hard_pin,
+        preferred_segments=config.preferred_segments,
+        preferred_segment=config.preferred_segment,
+        prefer_alloc_in_same_node=config.prefer_alloc_in_same_node,
+        data_type=int(config.data_type),
+        host_id=config.host_id,
+        group_ids=config.group_ids or (),
+        soft_pin_action=int(config.soft_pin_action),
+    )
+    if config.soft_pin_ttl_ms is not None:
+        message.soft_pin_ttl_ms = config.soft_pin_ttl_ms
+    return message
+
+
+def decode_config(message: pb.ReplicateConfig) -> ReplicateConfig:
+    """Protobuf to a typed :class:`ReplicateConfig` (``kv_sessions`` stays None).
+
+    An unknown ``data_type`` becomes ``ObjectDataType.UNKNOWN``; an unknown
+    ``soft_pin_action`` stays a plain int, which the service rejects as INVALID_PARAMS. No
+    group ids decode as None; an unset ``soft_pin_ttl_ms`` as None.
+    """
+    try:
+        data_type = ObjectDataType(message.data_type)
+    except ValueError:
+        data_type = ObjectDataType.UNKNOWN
+    try:
+        action: SoftPinAction | int = SoftPinAction(message.soft_pin_action)
+    except ValueError:
+        action = message.soft_pin_action
+    return ReplicateConfig(
+        replica_num=message.replica_num,
+        with_hard_pin=message.with_hard_pin,
+        preferred_segments=list(message.preferred_segments),
+        preferred_segment=message.preferred_segment,
+        prefer_alloc_in_same_node=message.prefer_alloc_in_same_node,
+        data_type=data_type,
+        host_id=message.host_id,
+        group_ids=list(message.group_ids) if message.group_ids else None,
+        soft_pin_action=action,  # type: ignore[arg-type]
+        soft_pin_ttl_ms=message.soft_pin_ttl_ms if message.HasField("soft_pin_ttl_ms") else None,
+    )
+
+
+def encode_segment(segment: SegmentInfo) -> pb.Segment:
+    """:class:`SegmentInfo` to protobuf."""
+    return pb.Segment(**{name: getattr(segment, name) for name in _SEGMENT_FIELDS})
+
+
+def decode_segment(message: pb.Segment) -> SegmentInfo:
+    """Protobuf to :class:`SegmentInfo`."""
+    return SegmentInfo(**{name: getattr(message, name) for name in _SEGMENT_FIELDS})
+
+
+def encode_segments(segments: Iterable[SegmentInfo]) -> list[pb.Segment]:
+    """Several segments to protobuf, in order."""
+    return [encode_segment(s) for s in segments]
+
+
+def decode_segments(messages: Iterable[pb.Segment]) -> list[SegmentInfo]:
+    """Several protobuf segments to :class:`SegmentInfo`, in order."""
+    return [decode_segment(m) for m in messages]
+
+
+def encode_replica(replica: ReplicaDescriptor) -> pb.ReplicaDescriptor:
+    """:class:`ReplicaDescriptor` to protobuf (the status as its number)."""
+    return pb.ReplicaDescriptor(
+        id=replica.id,
+        status=int(replica.status),
+        segment_id=replica.segment_id,
+        segment_name=replica.segment_name,
+        offset=replica.offset,
+        size=replica.size,
+        te_endpoint=replica.te_endpoint,
+        host_id=replica.host_id,
+        shm_path=replica.shm_path,
+    )
+
+
+def decode_replica(m: pb.ReplicaDescriptor) -> ReplicaDescriptor:
+    """Protobuf to :class:`ReplicaDescriptor`.
+
+    Raises:
+        ValueError: the status is not a :class:`ReplicaStatus`.
+    """
+    # Positional: read paths decode one of these per replica of every key.
+    return ReplicaDescriptor(
+        m.id,
+        ReplicaStatus(m.status),
+        m.segment_id,
+        m.segment_name,
+        m.offset,
+        m.size,
+        m.te_endpoint,
+        m.host_id,
+        m.shm_path,
+    )
+
+
+# -- plain answers ---------------------------------------------------------------------------
+
+
+def encode_status(code: int) -> pb.StatusResponse:
+    """One code (an ``ErrorCode`` or int) to a StatusResponse."""
+    return pb.StatusResponse(code=int(code))
+
+
+def decode_status(message: pb.StatusResponse) -> int:
+    """A StatusResponse to its code."""
+    return int(message.code)
+
+
+def encode_codes(codes: Iterable[int]) -> pb.BatchStatusResponse:
+    """One code per key to a BatchStatusResponse."""
+    return pb.BatchStatusResponse(codes=[int(c) for c in codes])
+
+
+def decode_codes(message: pb.BatchStatusResponse) -> list[int]:
+    """A BatchStatusResponse to its codes, in key order."""
+    return list(message.codes)
+
+
+def encode_ping(result: Any) -> pb.PingResponse:
+    """A ping result (anything with ``code``, ``view_version`` and ``client_status``)."""
+    return pb.PingResponse(
+        code=int(result.code),
+        view_version=result.view_version,
+        client_status=int(result.client_status),
+    )
+
+
+def decode_ping(message: pb.PingResponse) -> tuple[int, ClientStatus, int]:
+    """A PingResponse to ``(code, client status, view version)``.
+
+    Raises:
+        ValueError: the client status is not a :class:`ClientStatus`.
+    """
+    return int(message.code), ClientStatus(message.client_status), int(message.view_version)
+
+
+def encode_ready(ready: tuple[str, int]) -> pb.ServiceReadyResponse:
+    """``(version, stream-channel port or 0)`` to a successful ServiceReadyResponse."""
+    version, fast_port = ready
+    return pb.ServiceReadyResponse(code=0, version=version, fast_port=fast_port)
+
+
+def decode_ready(message: pb.ServiceReadyResponse) -> tuple[str, int]:
+    """A ServiceReadyResponse to ``(version, stream-channel port or 0)``."""
+    return str(message.version), int(message.fast_port)
+
+
+def encode_count(count: int) -> pb.CountResponse:
+    """A count that cannot fail (RemoveAll) to a successful CountResponse."""
+    return pb.CountResponse(code=0, count=count)
+
+
+def encode_code_and_count(answer: tuple[int, int]) -> pb.CountResponse:
+    """``(code, count)`` (RemoveByRegex) to a CountResponse."""
+    code, count = answer
+    return pb.CountResponse(code=int(code), count=count)
+
+
+def decode_count(message: pb.CountResponse) -> int:
+    """A CountResponse to the count, or to the negative code when there is one."""
+    return int(message.code) if message.code else int(message.count)
+
+
+# -- write and read path ---------------------------------------------------------------------
+
+
+def encode_put_start(result: PutStartResult) -> pb.PutStartResponse:
+    """One key's :class:`PutStartResult` to protobuf."""
+    return pb.PutStartResponse(
+        code=int(result.code), replicas=[encode_replica(r) for r in result.replicas]
+    )
+
+
+def decode_put_start(message: pb.PutStartResponse) -> PutStartResult:
+    """A PutStartResponse to :class:`PutStartResult`."""
+    return PutStartResult(message.code, tuple(decode_replica(r) for r in message.replicas))
+
+
+def encode_put_starts(results: Iterable[PutStartResult]) -> pb.BatchPutStartResponse:
+    """One :class:`PutStartResult` per key to a BatchPutStartResponse."""
+    return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
+
+
+def decode_put_starts(message: pb.BatchPutStartResponse) -> list[PutStartResult]:
+    """A BatchPutStartResponse to one :class:`PutStartResult` per key."""
+    return [decode_put_start(r) for r in message.results]
+
+
+def encode_replica_list(result: ReplicaListResult) -> pb.GetReplicaListResponse:
+    """One key's :class:`ReplicaListResult` to protobuf."""
+    return pb.GetReplicaListResponse(
+        code=int(result.code),
+        replicas=[encode_replica(r) for r in result.replicas],
+        lease_ttl_ms=result.lease_ttl_ms,
+        size=result.size,
+    )
+
+
+def decode_replica_list(message: pb.GetReplicaListResponse) -> ReplicaListResult:
+    """A GetReplicaListResponse to :class:`ReplicaListResult`."""
+    return ReplicaListResult(
+        message.code,
+        tuple(decode_replica(r) for r in message.replicas),
+        message.lease_ttl_ms,
+        message.size,
+    )
+
+
+def encode_replica_lists(results: Iterable[ReplicaListResult]) -> pb.BatchGetReplicaListResponse:
+    """One :class:`ReplicaListResult` per key to a BatchGetReplicaListResponse."""
+    return pb.BatchGetReplicaListResponse(results=[encode_replica_list(r) for r in results])
+
+
+def decode_replica_lists(message: pb.BatchGetReplicaListResponse) -> list[ReplicaListResult]:
+    """A BatchGetReplicaListResponse to one :class:`ReplicaListResult` per key."""
+    return [decode_replica_list(r) for r in message.results]
+
+
+def encode_exists(result: int) -> pb.ExistKeyResponse:
+    """One key's existence (1, 0, or a negative code) to an ExistKeyResponse."""
+    return pb.ExistKeyResponse(code=min(result, 0), exists=result == 1)
+
+
+def decode_exists(message: pb.ExistKeyResponse) -> int:
+    """An ExistKeyResponse to 1, 0, or the negative code."""
+    return int(message.code) if message.code else int(message.exists)
+
+
+def encode_exist_results(results: Sequence[int]) -> pb.BatchExistKeyResponse:
+    """Per key 1, 0, or a negative code to a BatchExistKeyResponse."""
+    return pb.BatchExistKeyResponse(results=results)
+
+
+def decode_exist_results(message: pb.BatchExistKeyResponse) -> list[int]:
+    """A BatchExistKeyResponse to per key 1, 0, or a negative code."""
+    return list(message.results)
+
+
+# -- KV sessions and releases ----------------------------------------------------------------
+
+
+def encode_session_info(info: KvSessionInfo) -> pb.KvSessionInfo:
+    """:class:`KvSessionInfo` to protobuf (fields named: listings encode 100,000s of these)."""
+    return pb.KvSessionInfo(
+        session_id=info.session_id,
+        pinned=info.pinned,
+        member_count=info.member_count,
+        created_at=info.created_at,
+        last_active_at=info.last_active_at,
+        bytes=info.bytes,
+        exclusive_bytes=info.exclusive_bytes,
+        idle_ms=info.idle_ms,
+    )
+
+
+def decode_session_info(m: pb.KvSessionInfo) -> KvSessionInfo:
+    """Protobuf to :class:`KvSessionInfo`."""
+    return KvSessionInfo(
+        m.session_id,
+        m.pinned,
+        m.member_count,
+        m.created_at,
+        m.last_active_at,
+        m.bytes,
+        m.exclusive_bytes,
+        m.idle_ms,
+    )
+
+
+def encode_session_answer(answer: tuple[int, KvSessionInfo | None]) -> pb.KvSessionInfoResponse:
+    """GetKvSession's ``(code, info or None)`` to protobuf."""
+    code, info = answer
+    if info is None:
+        return pb.KvSessionInfoResponse(code=int(code))
+    return pb.KvSessionInfoResponse(code=int(code), info=encode_session_info(info))
+
+
+def decode_session_answer(message: pb.KvSessionInfoResponse) -> tuple[int, KvSessionInfo | None]:
+    """A KvSessionInfoResponse to ``(0, info)``, or ``(code, None)`` for a non-zero code."""
+    if message.code:
+        return int(message.code), None
+    return 0, decode_session_info(message.info)
+
+
+def encode_session_page(answer: tuple[int, KvSessionPage | None]) -> pb.KvSessionPageResponse:
+    """ListKvSessionKeys' ``(code, page or None)`` to protobuf."""
+    code, page = answer
+    if page is None:
+        return pb.KvSessionPageResponse(code=int(code))
+    return pb.KvSessionPageResponse(code=int(code), keys=page.keys, next_cursor=page.next_cursor)
+
+
+def decode_session_page(message: pb.KvSessionPageResponse) -> tuple[int, KvSessionPage | None]:
+    """A KvSessionPageResponse to ``(0, page)``, or ``(code, None)`` for a non-zero code."""
+    if message.code:
+        return int(message.code), None
+    return 0, KvSessionPage(list(message.keys), message.next_cursor)
+
+
+def encode_session_list(
+    answer: tuple[int, Iterable[KvSessionInfo], str],
+) -> pb.ListKvSessionsResponse:
+    """ListKvSessions' ``(code, infos, next cursor)`` to protobuf."""
+    code, infos, cursor = answer
+    return pb.ListKvSessionsResponse(
+        code=int(code), sessions=[encode_session_info(i) for i in infos], next_cursor=cursor
+    )
+
+
+def decode_session_list(
+    message: pb.ListKvSessionsResponse,
+) -> tuple[int, list[KvSessionInfo], str]:
+    """A ListKvSessionsResponse to ``(code, infos, next cursor)``."""
+    infos = [decode_session_info(i) for i in message.sessions]
+    return int(message.code), infos, message.next_cursor
+
+
+def encode_release(answer: tuple[int, ReleaseResult]) -> pb.ReleaseResponse:
+    """Any release's ``(code, result)`` to a ReleaseResponse."""
+    code, result = answer
+    return pb.ReleaseResponse(
+        code=int(code), **{name: getattr(result, name) for name in _RELEASE_FIELDS}
+    )
+
+
+def decode_release(message: pb.ReleaseResponse) -> tuple[int, ReleaseResult]:
+    """A ReleaseResponse to ``(code, result)``."""
+    fields = {name: getattr(message, name) for name in _RELEASE_FIELDS}
+    return int(message.code), ReleaseResult(**fields)
+
+
+# -- introspection ---------------------------------------------------------------------------
+
+
+def encode_stats(values: Mapping[str, int]) -> pb.StatsResponse:
+    """Store-wide counts and bytes to a successful StatsResponse."""
+    return pb.StatsResponse(code=0, values=values)
+
+
+def decode_stats(message: pb.StatsResponse) -> dict[str, int]:
+    """A StatsResponse to its counts and bytes."""
+    return dict(message.values)
+
+
+SegmentUsage = tuple[SegmentInfo, str, int, int]
+
+
+def encode_segment_usage(usage: Iterable[SegmentUsage]) -> pb.ListSegmentsResponse:
+    """``(segment, owning client, used bytes, allocations)`` per segment to protobuf."""
+    return pb.ListSegmentsResponse(
+        code=0,
+        segments=[
+            pb.SegmentStatus(
+                segment=encode_segment(info),
+                client_id=client_id,
+                used_bytes=used,
+                allocations=allocations,
+            )
+            for info, client_id, used, allocations in usage
+        ],
+    )
+
+
+def decode_segment_usage(message: pb.ListSegmentsResponse) -> list[SegmentUsage]:
+    """A ListSegmentsResponse to ``(segment, owning client, used bytes, allocations)`` each."""
+    return [
+        (decode_segment(s.segment), s.client_id, s.used_bytes, s.allocations)
+        for s in message.segments
+    ]
