@@ -120,7 +120,7 @@ class MetricsServer:
 
     Args:
         service: the service to report on.
-        rpcs: per-RPC counters filled by the servicer.
+        rpcs: per-RPC counters filled by the call pipeline.
         host: address to listen on.
         port: 0 picks a free port.
     """

@@ -1,7 +1,7 @@
 """Plain data types shared by the master and the client.
 
-These are the typed forms of the protobuf messages; conversion happens only in the master's
-servicer and the client's master-client module.
+These are the typed forms of the protobuf messages; conversion happens only in
+:mod:`mooncake_py._wire.codec`, which both ends use.
 """
 
 from __future__ import annotations

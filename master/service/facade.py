@@ -109,18 +109,6 @@ class MasterService:
         self._view_version = view_version
         self.sessions = SessionService(context)
         self.releases = ReleaseService(context)
-        # transport still calls these
-        self.attach_kv_session = self.sessions.attach_kv_session
-        self.set_kv_session_pin = self.sessions.set_kv_session_pin
-        self.update_kv_session = self.sessions.update_kv_session
-        self.close_kv_session = self.sessions.close_kv_session
-        self.get_kv_session = self.sessions.get_kv_session
-        self.list_kv_sessions = self.sessions.list_kv_sessions
-        self.list_kv_session_keys = self.sessions.list_kv_session_keys
-        self.release_kv_session = self.releases.release_kv_session
-        self.release_stale_kv_sessions = self.releases.release_stale_kv_sessions
-        self.release_all_kv_sessions = self.releases.release_all_kv_sessions
-        self.release_kv_cache = self.releases.release_kv_cache
 
     # ------------------------------------------------------------------------------------------
     # Segments and liveness
