@@ -331,16 +331,8 @@ class Client:
             else:
                 values[i] = bytes(mapped[: loc.size])  # one copy, straight out of the segment
                 mapped_copies.append(i)
-        if remote:
-            buffers = [bytearray(located[i].size) for i in remote]
-            read = core.read_located(
-                [located[i] for i in remote], [memoryview(b) for b in buffers], started
-            )
-            for i, buffer, code in zip(remote, buffers, read, strict=True):
-                if code >= 0:
-                    values[i] = bytes(buffer)
-                else:
-                    codes[i] = code
+        for i, copied in _read_copies(core, located, remote, started, codes):
+            values[i] = bytes(copied)
         if mapped_copies and core.lease_outlived(located, started):
             # Copies out of mapped segments are trusted only within their read lease.
             for i in mapped_copies:
@@ -411,16 +403,8 @@ class Client:
                 continue
             address, owner = mapped
             values[i] = pa.foreign_buffer(address, loc.size, base=owner)
-        if copy_needed:
-            buffers = [bytearray(located[i].size) for i in copy_needed]
-            read = core.read_located(
-                [located[i] for i in copy_needed], [memoryview(b) for b in buffers], started
-            )
-            for i, buffer, code in zip(copy_needed, buffers, read, strict=True):
-                if code >= 0:
-                    values[i] = pa.py_buffer(buffer)
-                else:
-                    codes[i] = code
+        for i, copied in _read_copies(core, located, copy_needed, started, codes):
+            values[i] = pa.py_buffer(copied)
         return BatchResult(keys, codes, values)
 
     # ------------------------------------------------------------------------------------------
@@ -666,3 +650,30 @@ class Client:
             SegmentStatus(segment, client_id, used, allocations)
             for segment, client_id, used, allocations in self._joined().master.list_segments()
         ]
+
+
+def _read_copies(
+    core: ClientCore,
+    located: Sequence[ReplicaListResult],
+    indices: Sequence[int],
+    started: float,
+    codes: list[int],
+) -> list[tuple[int, bytearray]]:
+    """Read ``located[i]`` for each ``i`` in ``indices`` into a new buffer of its size.
+
+    Returns (index, buffer) for the reads that succeeded; a failed read's code goes to
+    ``codes[i]``.
+    """
+    if not indices:
+        return []
+    buffers = [bytearray(located[i].size) for i in indices]
+    read = core.read_located(
+        [located[i] for i in indices], [memoryview(b) for b in buffers], started
+    )
+    copied = []
+    for i, buffer, code in zip(indices, buffers, read, strict=True):
+        if code >= 0:
+            copied.append((i, buffer))
+        else:
+            codes[i] = code
+    return copied

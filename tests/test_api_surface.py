@@ -338,10 +338,14 @@ def main() -> None:
     drop_in(MooncakeDistributedStore(), 1)
     asyncio.run(typed_async(1))
     asyncio.run(drop_in_async(1))
+
+
+def code_of_failure(client: Client) -> int:
     try:
-        pass
-    except MooncakeError:
-        pass
+        client.get("k")
+    except MooncakeError as exc:
+        return exc.code
+    return 0
 """
 
 
