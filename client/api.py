@@ -9,9 +9,16 @@ in order) and raises only when the call as a whole failed: the master unreachabl
 request (keys and values of different lengths, a bad key), a closed client.
 
 Write rules are upstream Mooncake's: a ``put`` of an existing key succeeds and keeps the old
-bytes (first writer wins); ``upsert`` replaces. A read holds a lease on what it reads; a copy
-that outlives its lease raises ``LeaseExpiredError`` rather than return bytes that may have
-been overwritten.
+bytes (first writer wins); ``upsert`` replaces. A read holds a lease on what it reads for as
+long as its copy takes, and ends it right after (see :mod:`mooncake_py.client.core`): while
+it is held the bytes stay put (a remove, eviction or upsert meanwhile retires the memory
+instead of reusing it). A copy that outlived the lease TTL is trusted only when the master
+vouches that nothing touched the bytes; otherwise it raises ``LeaseExpiredError`` rather than
+return bytes that may have been overwritten.
+
+Existence checks: ``is_exist`` / ``batch_is_exist`` keep upstream's contract (a key found now
+can still be read next): each found key gets an *existence hold* for this client, which its
+next read of the key takes over. ``probe_key`` / ``batch_probe_key`` hold nothing.
 
 Zero-copy calls (``*_from``, ``*_into``) take raw addresses, which must lie inside a buffer
 registered with :meth:`Client.register_buffer`.
@@ -37,6 +44,7 @@ from mooncake_py.errors import (
 from mooncake_py.types import (
     KvSessionInfo,
     KvSessionPage,
+    ProbeLeaseMode,
     ReleaseResult,
     ReplicaListResult,
     ReplicateConfig,
@@ -222,8 +230,12 @@ class Client:
     def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> None:
         """Create or replace ``key``.
 
+        Readers copying the old value meanwhile finish on the old bytes; later reads get the
+        new ones.
+
         Raises:
-            BusyError: OBJECT_REPLICA_BUSY while a reader holds the object; as :meth:`put`.
+            InvalidParamsError: INVALID_WRITE when a concurrent write of the key preempted
+                this one; as :meth:`put`.
         """
         raise_for(self._write([key], [[bytes_view(value)]], config, True)[0], key=key)
 
@@ -306,37 +318,37 @@ class Client:
 
         Raises:
             NotFoundError: no such key. BusyError: its first write is still in flight.
-            LeaseExpiredError: the copy outlived its read lease. TransferError, ...
+            LeaseExpiredError: the copy outlived its read lease and the bytes may have
+                changed under it. TransferError, ...
         """
         result = self.get_batch([key])
         return result[0].unwrap()
 
     def get_batch(self, keys: Sequence[str]) -> BatchResult[bytes]:
         """Values of ``keys`` (one lookup; same-host replicas copied straight out of the
-        mapped segment, others over TCP); per-key outcomes."""
+        mapped segment, others over TCP; the read leases end right after); per-key outcomes."""
         core = self._joined()
         _check_keys(keys)
         started = self._clock()
         located = core.locate(keys)
         codes = [loc.code for loc in located]
         values: list[bytes | None] = [None] * len(keys)
-        remote: list[int] = []
-        mapped_copies: list[int] = []
-        for i, loc in enumerate(located):
-            if loc.code != OK:
-                continue
-            mapped = next(filter(None, map(core.data.memory_of, loc.replicas)), None)
-            if mapped is None:
-                remote.append(i)
-            else:
-                values[i] = bytes(mapped[: loc.size])  # one copy, straight out of the segment
-                mapped_copies.append(i)
-        for i, copied in _read_copies(core, located, remote, started, codes):
-            values[i] = bytes(copied)
-        if mapped_copies and core.lease_outlived(located, started):
-            # Copies out of mapped segments are trusted only within their read lease.
-            for i in mapped_copies:
-                codes[i], values[i] = LEASE_EXPIRED, None
+        try:
+            remote: list[int] = []
+            for i, loc in enumerate(located):
+                if loc.code != OK:
+                    continue
+                mapped = next(filter(None, map(core.data.memory_of, loc.replicas)), None)
+                if mapped is None:
+                    remote.append(i)
+                else:
+                    values[i] = bytes(mapped[: loc.size])  # one copy, straight out of the segment
+            for i, copied in _read_copies(core, located, remote, codes):
+                values[i] = bytes(copied)
+        except BaseException:
+            core.drop_reads(located)
+            raise
+        _end_reads(core, located, started, codes, values)
         return BatchResult(keys, codes, values)
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
@@ -352,7 +364,8 @@ class Client:
         self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]
     ) -> BatchResult[int]:
         """Read each key into its buffer; per key the bytes read. A buffer smaller than its
-        object fails the key with INVALID_PARAMS."""
+        object fails the key with INVALID_PARAMS. The read leases end right after the copies
+        (also those of keys that failed)."""
         core = self._joined()
         if not len(keys) == len(buffer_ptrs) == len(sizes):
             raise _invalid("keys, buffer_ptrs and sizes differ in length")
@@ -361,87 +374,168 @@ class Client:
         located = core.locate(keys)
         codes = [loc.code for loc in located]
         values: list[int | None] = [None] * len(keys)
-        readable: list[int] = []
-        views: list[memoryview] = []
-        for i, loc in enumerate(located):
-            if loc.code != OK:
-                continue
-            view = self._buffers.view(buffer_ptrs[i], sizes[i]) if loc.size <= sizes[i] else None
-            if view is None:
-                codes[i] = INVALID
-                continue
-            readable.append(i)
-            views.append(view[: loc.size])
-        read = core.read_located([located[i] for i in readable], views, started)
-        for i, outcome in zip(readable, read, strict=True):
-            if outcome >= 0:
-                values[i] = outcome
-            else:
-                codes[i] = outcome
+        try:
+            readable: list[int] = []
+            views: list[memoryview] = []
+            for i, loc in enumerate(located):
+                if loc.code != OK:
+                    continue
+                view = (
+                    self._buffers.view(buffer_ptrs[i], sizes[i]) if loc.size <= sizes[i] else None
+                )
+                if view is None:
+                    codes[i] = INVALID
+                    continue
+                readable.append(i)
+                views.append(view[: loc.size])
+            read = core.read_located([located[i] for i in readable], views)
+            for i, code in zip(readable, read, strict=True):
+                if code == OK:
+                    values[i] = located[i].size
+                else:
+                    codes[i] = code
+        except BaseException:
+            core.drop_reads(located)
+            raise
+        _end_reads(core, located, started, codes, values)
         return BatchResult(keys, codes, values)
 
     def get_buffer(self, key: str) -> pa.Buffer:
-        """The value as a ``pyarrow.Buffer``: zero-copy over a same-host replica (valid while
-        its read lease holds), a copy otherwise. Raises as :meth:`get`."""
+        """The value as a ``pyarrow.Buffer`` of its own (one copy, from the mapped segment or
+        over TCP, so it stays valid after the read lease ended). Raises as :meth:`get`."""
         return self.batch_get_buffer([key])[0].unwrap()
 
     def batch_get_buffer(self, keys: Sequence[str]) -> BatchResult[pa.Buffer]:
-        """:meth:`get_buffer` for each key, with one lookup; per-key outcomes."""
+        """:meth:`get_buffer` for each key, with one lookup; per-key outcomes.
+
+        Each value is copied once into a new (64-byte aligned) ``pyarrow`` buffer. It is not a
+        view of the segment: the read lease ends when this call returns, and the memory
+        behind an ended lease may be reused.
+        """
         core = self._joined()
         _check_keys(keys)
         started = self._clock()
         located = core.locate(keys)
         codes = [loc.code for loc in located]
         values: list[pa.Buffer | None] = [None] * len(keys)
-        copy_needed: list[int] = []
-        for i, loc in enumerate(located):
-            if loc.code != OK:
-                continue
-            mapped = next(filter(None, map(core.data.mapped_address, loc.replicas)), None)
-            if mapped is None:
-                copy_needed.append(i)
-                continue
-            address, owner = mapped
-            values[i] = pa.foreign_buffer(address, loc.size, base=owner)
-        for i, copied in _read_copies(core, located, copy_needed, started, codes):
-            values[i] = pa.py_buffer(copied)
+        try:
+            found = [i for i, loc in enumerate(located) if loc.code == OK]
+            buffers = [pa.allocate_buffer(located[i].size) for i in found]
+            read = core.read_located(
+                [located[i] for i in found], [memoryview(b).cast("B") for b in buffers]
+            )
+            for i, buffer, code in zip(found, buffers, read, strict=True):
+                if code == OK:
+                    values[i] = buffer
+                else:
+                    codes[i] = code
+        except BaseException:
+            core.drop_reads(located)
+            raise
+        _end_reads(core, located, started, codes, values)
         return BatchResult(keys, codes, values)
 
     # ------------------------------------------------------------------------------------------
     # Queries and removal
 
     def is_exist(self, key: str) -> bool:
-        """Whether ``key`` is readable (grants a read lease). Raises InvalidParamsError for a
-        bad key."""
+        """Whether ``key`` is readable, as upstream's ``is_exist``: a key found now can still
+        be read next.
+
+        A found key gets an *existence hold* for this client: until this client's next read
+        of the key takes it over (that read's end gives it back), or the lease TTL passes, the
+        object cannot be removed without ``force`` (OBJECT_HAS_LEASE) and is evicted only
+        after objects nobody holds. It protects no bytes. Use :meth:`probe_key` for a check
+        that holds nothing.
+
+        Raises:
+            InvalidParamsError: a bad key.
+        """
         result = self.batch_is_exist([key])
         return result[0].unwrap()
 
     def batch_is_exist(self, keys: Sequence[str]) -> BatchResult[bool]:
-        """Per key whether it is readable, in one round trip (found keys get a read lease)."""
+        """Per key whether it is readable, in one round trip; found keys get existence holds
+        as with :meth:`is_exist`."""
         core = self._joined()
         _check_keys(keys)
         if not keys:
             return BatchResult(keys, [], [])
         if len(keys) == 1:
-            raw = [core.master.exist_key(core.tenant, keys[0])]
+            raw = [core.master.exist_key(core.tenant, keys[0], core.client_id)]
         else:
-            raw = core.master.batch_exist_key(core.tenant, keys)
+            raw = core.master.batch_exist_key(core.tenant, keys, core.client_id)
+        return BatchResult(keys, [min(c, 0) for c in raw], [c == 1 for c in raw])
+
+    def probe_key(self, key: str) -> bool:
+        """Whether ``key`` is readable, holding nothing (upstream's lease-free probe): a
+        remove or eviction may take the key right after.
+
+        Raises:
+            InvalidParamsError: a bad key.
+        """
+        core = self._joined()
+        _check_keys([key])
+        code = core.master.probe_key(core.tenant, key)
+        raise_for(code, key=key)
+        return code == 1
+
+    def batch_probe_key(
+        self,
+        keys: Sequence[str],
+        lease_mode: ProbeLeaseMode = ProbeLeaseMode.NONE,
+        candidate_size: int = 1,
+    ) -> BatchResult[bool]:
+        """Per key whether it is readable, in one round trip.
+
+        Args:
+            keys: the keys to probe.
+            lease_mode: ``NONE`` holds nothing (``candidate_size`` is then ignored).
+                ``LAST_HIT_ONLY``: the keys form consecutive candidates of ``candidate_size``
+                keys (e.g. the pages of successively longer prefixes); only the last candidate
+                whose every key is readable is selected: its keys answer True and get
+                existence holds for this client (as :meth:`is_exist`), every other key answers
+                False (not selected, not necessarily absent).
+            candidate_size: keys per candidate for ``LAST_HIT_ONLY``.
+
+        Raises:
+            InvalidParamsError: a bad key, an unknown mode, a negative ``candidate_size``, or
+                for ``LAST_HIT_ONLY`` one that is 0 or does not divide ``len(keys)``.
+        """
+        core = self._joined()
+        _check_keys(keys)
+        try:
+            mode = ProbeLeaseMode(lease_mode)
+        except ValueError:
+            raise _invalid(f"unknown probe lease mode {lease_mode!r}") from None
+        if not isinstance(candidate_size, int) or candidate_size < 0:
+            raise _invalid(f"candidate_size must be a non-negative int: {candidate_size!r}")
+        if not keys:
+            return BatchResult(keys, [], [])
+        if mode == ProbeLeaseMode.LAST_HIT_ONLY and (
+            candidate_size == 0 or len(keys) % candidate_size
+        ):
+            raise _invalid(f"candidate_size {candidate_size} does not divide {len(keys)} keys")
+        raw = core.master.batch_probe_key(core.tenant, keys, core.client_id, mode, candidate_size)
         return BatchResult(keys, [min(c, 0) for c in raw], [c == 1 for c in raw])
 
     def get_size(self, key: str) -> int:
-        """The size of ``key`` in bytes (grants a read lease). Raises as :meth:`get`."""
+        """The size of ``key`` in bytes (a lookup whose read lease ends at once). Raises as
+        :meth:`get`."""
         core = self._joined()
         _check_keys([key])
-        located: ReplicaListResult = core.locate([key])[0]
-        raise_for(located.code, key=key)
-        return located.size
+        located = core.locate([key])
+        core.drop_reads(located)
+        raise_for(located[0].code, key=key)
+        return located[0].size
 
     def remove(self, key: str, force: bool = False) -> None:
-        """Delete ``key``.
+        """Delete ``key``. With ``force``, readers copying it meanwhile finish on the old
+        bytes (its memory is reused once they are done).
 
         Raises:
-            NotFoundError: no such key. BusyError: leased by a reader (unless ``force``) or
-                being written.
+            NotFoundError: no such key. BusyError: OBJECT_HAS_LEASE while a read is in flight
+                or an ``is_exist`` hold lasts (unless ``force``); being written.
         """
         raise_for(self.batch_remove([key], force).codes[0], key=key)
 
@@ -656,7 +750,6 @@ def _read_copies(
     core: ClientCore,
     located: Sequence[ReplicaListResult],
     indices: Sequence[int],
-    started: float,
     codes: list[int],
 ) -> list[tuple[int, bytearray]]:
     """Read ``located[i]`` for each ``i`` in ``indices`` into a new buffer of its size.
@@ -667,13 +760,25 @@ def _read_copies(
     if not indices:
         return []
     buffers = [bytearray(located[i].size) for i in indices]
-    read = core.read_located(
-        [located[i] for i in indices], [memoryview(b) for b in buffers], started
-    )
+    read = core.read_located([located[i] for i in indices], [memoryview(b) for b in buffers])
     copied = []
     for i, buffer, code in zip(indices, buffers, read, strict=True):
-        if code >= 0:
+        if code == OK:
             copied.append((i, buffer))
         else:
             codes[i] = code
     return copied
+
+
+def _end_reads(
+    core: ClientCore,
+    located: Sequence[ReplicaListResult],
+    started: float,
+    codes: list[int],
+    values: list[Any],
+) -> None:
+    """End the read leases of ``located``; a copy the master does not vouch for (it outlived
+    its lease and the bytes may have changed) fails its key with LEASE_EXPIRED."""
+    for i in core.end_reads(located, started):
+        if codes[i] == OK:
+            codes[i], values[i] = LEASE_EXPIRED, None

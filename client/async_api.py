@@ -17,7 +17,13 @@ from typing import Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
-from mooncake_py.types import KvSessionInfo, KvSessionPage, ReleaseResult, ReplicateConfig
+from mooncake_py.types import (
+    KvSessionInfo,
+    KvSessionPage,
+    ProbeLeaseMode,
+    ReleaseResult,
+    ReplicateConfig,
+)
 
 from .api import Client
 from .config import ClientConfig
@@ -208,6 +214,19 @@ class AsyncClient(Offloader):
     async def batch_is_exist(self, keys: Sequence[str]) -> BatchResult[bool]:
         """Coroutine of :meth:`~mooncake_py.Client.batch_is_exist`."""
         return await self._run(self._client.batch_is_exist, keys)
+
+    async def probe_key(self, key: str) -> bool:
+        """Coroutine of :meth:`~mooncake_py.Client.probe_key`."""
+        return await self._run(self._client.probe_key, key)
+
+    async def batch_probe_key(
+        self,
+        keys: Sequence[str],
+        lease_mode: ProbeLeaseMode = ProbeLeaseMode.NONE,
+        candidate_size: int = 1,
+    ) -> BatchResult[bool]:
+        """Coroutine of :meth:`~mooncake_py.Client.batch_probe_key`."""
+        return await self._run(self._client.batch_probe_key, keys, lease_mode, candidate_size)
 
     async def get_size(self, key: str) -> int:
         """Coroutine of :meth:`~mooncake_py.Client.get_size`."""

@@ -29,7 +29,13 @@ from typing import Any
 import pyarrow as pa
 
 from mooncake_py.errors import ErrorCode, MooncakeError
-from mooncake_py.types import KvSessionInfo, KvSessionPage, ReleaseResult, ReplicateConfig
+from mooncake_py.types import (
+    KvSessionInfo,
+    KvSessionPage,
+    ProbeLeaseMode,
+    ReleaseResult,
+    ReplicateConfig,
+)
 
 from .api import Client
 from .buffers import bytes_view, parts_views
@@ -38,6 +44,13 @@ from .results import BatchResult
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
 OK = int(ErrorCode.OK)
+
+# Upstream's GrantLeasePolicy names, as ``batch_probe_key`` accepts them.
+_PROBE_POLICIES = {
+    "none": ProbeLeaseMode.NONE,
+    "None": ProbeLeaseMode.NONE,
+    "LastHitOnly": ProbeLeaseMode.LAST_HIT_ONLY,
+}
 
 _POSITIONAL_SETUP = (
     "local_hostname",
@@ -217,8 +230,9 @@ class MooncakeDistributedStore:
         return self._codes(len(keys), lambda c: c.batch_put_from(keys, buffer_ptrs, sizes, config))
 
     def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
-        """Create or replace ``key``; 0, OBJECT_REPLICA_BUSY (-714) while a reader holds it,
-        or another negative code."""
+        """Create or replace ``key``; 0 or a negative code (INVALID_WRITE (-700) when a
+        concurrent write of the key preempted this one). Readers copying the old value
+        meanwhile finish on the old bytes."""
         view = bytes_view(value)
         return self._status(lambda c: c.upsert(key, view, config))
 
@@ -290,8 +304,8 @@ class MooncakeDistributedStore:
         return _counts(result.codes, result.values)
 
     def get_buffer(self, key: str) -> pa.Buffer | None:
-        """The value as a ``pyarrow.Buffer``: zero-copy over a same-host replica (valid while
-        its read lease holds), a copy otherwise; None on a miss or error."""
+        """The value as a ``pyarrow.Buffer`` of its own (copied once, valid after the read
+        lease ended); None on a miss or error."""
         return self.batch_get_buffer([key])[0]
 
     def batch_get_buffer(self, keys: Sequence[str]) -> list[pa.Buffer | None]:
@@ -308,11 +322,15 @@ class MooncakeDistributedStore:
     # Queries and removal
 
     def is_exist(self, key: str) -> int:
-        """1 if ``key`` is readable (grants a read lease), 0 if not, negative on error."""
+        """1 if ``key`` is readable, 0 if not, negative on error. A found key gets an
+        existence hold for this client until its next read of the key (or the lease TTL):
+        meanwhile a remove without ``force`` answers OBJECT_HAS_LEASE (-706). See
+        :meth:`probe_key` for a check that holds nothing."""
         return self.batch_is_exist([key])[0]
 
     def batch_is_exist(self, keys: Sequence[str]) -> list[int]:
-        """Per key 1, 0 or a negative code, in one round trip."""
+        """Per key 1, 0 or a negative code, in one round trip (found keys get existence holds
+        as with :meth:`is_exist`)."""
         client = self.client
         if client is None:
             return [INVALID] * len(keys)
@@ -323,12 +341,63 @@ class MooncakeDistributedStore:
         found = result.values
         return [1 if hit else code for code, hit in zip(result.codes, found, strict=True)]
 
+    def probe_key(self, key: str) -> int:
+        """1 if ``key`` is readable, 0 if not, negative on error; holds nothing."""
+        return self._value(lambda c: 1 if c.probe_key(key) else 0)
+
+    def batch_probe_key(
+        self, keys: Sequence[str], policy: str = "none", candidate_size: int = 1
+    ) -> list[int]:
+        """Per key 1, 0 or a negative code, in one round trip (upstream's ``batch_probe_key``).
+
+        Args:
+            keys: the keys to probe.
+            policy: ``"none"`` (or ``"None"``): hold nothing. ``"LastHitOnly"``: the keys form
+                consecutive candidates of ``candidate_size`` keys; only the last candidate
+                whose every key is readable answers 1 (its keys get existence holds, as
+                :meth:`is_exist`), every other key 0.
+            candidate_size: keys per candidate for ``"LastHitOnly"``.
+
+        Returns:
+            One int per key; ``[]`` for no keys.
+
+        Raises:
+            ValueError: an unknown policy, or ``"LastHitOnly"`` with a ``candidate_size``
+                that is 0 or does not divide ``len(keys)``.
+            TypeError: a negative (or non-int) ``candidate_size``.
+        """
+        mode = _PROBE_POLICIES.get(policy) if isinstance(policy, str) else None
+        if mode is None:
+            raise ValueError(f"unknown probe lease policy {policy!r}: none or LastHitOnly")
+        if isinstance(candidate_size, bool) or not isinstance(candidate_size, int):
+            raise TypeError(f"candidate_size must be an int: {candidate_size!r}")
+        if candidate_size < 0:
+            raise TypeError(f"candidate_size must not be negative: {candidate_size}")
+        if not keys:
+            return []
+        if mode == ProbeLeaseMode.LAST_HIT_ONLY and (
+            candidate_size == 0 or len(keys) % candidate_size
+        ):
+            raise ValueError(
+                f"LastHitOnly needs a candidate_size dividing {len(keys)} keys: {candidate_size}"
+            )
+        client = self.client
+        if client is None:
+            return [INVALID] * len(keys)
+        try:
+            result = client.batch_probe_key(keys, mode, candidate_size)
+        except MooncakeError as exc:
+            return [exc.code] * len(keys)
+        found = result.values
+        return [1 if hit else code for code, hit in zip(result.codes, found, strict=True)]
+
     def get_size(self, key: str) -> int:
-        """The size of ``key`` in bytes, or a negative code (grants a read lease)."""
+        """The size of ``key`` in bytes, or a negative code (its read lease ends at once)."""
         return self._value(lambda c: c.get_size(key))
 
     def remove(self, key: str, force: bool = False) -> int:
-        """Delete ``key``: 0, -704 missing, -706 leased (unless ``force``), -703 being written."""
+        """Delete ``key``: 0, -704 missing, -706 being read or held by an ``is_exist`` (unless
+        ``force``: readers then finish on the old bytes), -703 being written."""
         return self.batch_remove([key], force)[0]
 
     def batch_remove(self, keys: Sequence[str], force: bool = False) -> list[int]:

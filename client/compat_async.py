@@ -170,6 +170,16 @@ class AsyncMooncakeStore(Offloader):
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.batch_is_exist`."""
         return await self._run(self.store.batch_is_exist, keys)
 
+    async def probe_key(self, key: str) -> int:
+        """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.probe_key`."""
+        return await self._run(self.store.probe_key, key)
+
+    async def batch_probe_key(
+        self, keys: Sequence[str], policy: str = "none", candidate_size: int = 1
+    ) -> list[int]:
+        """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.batch_probe_key`."""
+        return await self._run(self.store.batch_probe_key, keys, policy, candidate_size)
+
     async def get_size(self, key: str) -> int:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.get_size`."""
         return await self._run(self.store.get_size, key)

@@ -5,9 +5,20 @@ Write protocol for a batch: one BatchPutStart (the master reserves replicas), th
 every replica was written and one BatchPutRevoke for the others, so a failed write never leaves
 a half-visible object. An existing key counts as success (first writer wins).
 
-Read protocol: one (Batch)GetReplicaList, which grants a read lease, then the transfers straight
-into the caller's buffer. A read whose transfer outlived the lease reports LEASE_EXPIRED rather
-than bytes that may have been overwritten.
+Writes name themselves: each start answers a write id, and the PutEnd / PutRevoke of that key
+send it back, so they act on this write only (INVALID_WRITE when another write of the key
+preempted it: the put failed).
+
+Read protocol: one (Batch)GetReplicaList, which starts one read lease per found key, held by
+this client (its ``read_id``); the transfers straight into the caller's buffer; then the end
+of those leases (:meth:`ClientCore.end_reads`). While a lease is held the object's bytes stay
+put on the master (removal, eviction and upsert retire the memory instead of freeing it), so
+the client ends each lease right after its copy: one-way, costing no round trip, when the copy
+finished within the lease TTL (measured on this client's clock from before the lookup); with
+a synchronous EndReads when it outlived the TTL, and then only the keys the master answers
+LEASE_EXPIRED for (their bytes may have changed under the copy) fail. The TTL itself only
+bounds leases of readers that died. Every OK lookup result is ended exactly once, whether its
+copy succeeded, failed, or never started.
 
 Methods return codes (0 / negative ``ErrorCode``) or results per key; transport failures to the
 master surface as RPC_FAIL / RPC_TIMEOUT codes. Thread-safe.
@@ -178,8 +189,9 @@ class ClientCore:
         to_revoke = [i for i, code in zip(started, written, strict=True) if code != OK]
         for i, code in zip(started, written, strict=True):
             results[i] = code
+        write_ids = [s.write_id for s in starts]
         try:
-            self._finish(keys, to_end, to_revoke, results)
+            self._finish(keys, write_ids, to_end, to_revoke, results)
         except MooncakeError as exc:
             for i in started:
                 results[i] = exc.code
@@ -218,61 +230,107 @@ class ClientCore:
         return results
 
     def _finish(
-        self, keys: Sequence[str], to_end: list[int], to_revoke: list[int], results: list[int]
+        self,
+        keys: Sequence[str],
+        write_ids: Sequence[int],
+        to_end: list[int],
+        to_revoke: list[int],
+        results: list[int],
     ) -> None:
+        """PutEnd the written keys and PutRevoke the others, each naming its start's write id;
+        the end's codes go to ``results`` (INVALID_WRITE when the write was preempted)."""
+        client, tenant = self.client_id, self.tenant
         if len(to_end) == 1:
-            results[to_end[0]] = self.master.put_end(self.client_id, self.tenant, keys[to_end[0]])
+            i = to_end[0]
+            results[i] = self.master.put_end(client, tenant, keys[i], write_ids[i])
         elif to_end:
             codes = self.master.batch_put_end(
-                self.client_id, self.tenant, [keys[i] for i in to_end]
+                client, tenant, [keys[i] for i in to_end], [write_ids[i] for i in to_end]
             )
             for i, code in zip(to_end, codes, strict=True):
                 results[i] = code
         if to_revoke:
-            self.master.batch_put_revoke(self.client_id, self.tenant, [keys[i] for i in to_revoke])
+            self.master.batch_put_revoke(
+                client, tenant, [keys[i] for i in to_revoke], [write_ids[i] for i in to_revoke]
+            )
 
     # -- reads -----------------------------------------------------------------------------
 
     def locate(self, keys: Sequence[str]) -> list[ReplicaListResult]:
-        """Replica lists (granting read leases); master failures become per-key codes."""
+        """Replica lists, each OK one starting a read lease held by this client; master
+        failures become per-key codes. The caller must pass the result to
+        :meth:`end_reads` (or :meth:`drop_reads`) once its copies are done."""
         try:
             if len(keys) == 1:
-                return [self.master.get_replica_list(self.tenant, keys[0])]
-            return self.master.batch_get_replica_list(self.tenant, keys)
+                return [self.master.get_replica_list(self.tenant, keys[0], self.client_id)]
+            return self.master.batch_get_replica_list(self.tenant, keys, self.client_id)
         except MooncakeError as exc:
             return [ReplicaListResult(exc.code)] * len(keys)
 
     def read_located(
-        self, located: Sequence[ReplicaListResult], buffers: Sequence[memoryview], started_at: float
+        self, located: Sequence[ReplicaListResult], buffers: Sequence[memoryview]
     ) -> list[int]:
         """Fill ``buffers[i]`` (exactly the object's size) from ``located[i]``.
 
         Args:
             located: successful replica lists.
             buffers: destinations, each exactly ``located[i].size`` bytes.
-            started_at: this client's clock, read before the lookup; the lease counts from it.
 
         Returns:
-            Per item: the object's size, TRANSFER_FAIL, or LEASE_EXPIRED.
+            Per item: 0 or TRANSFER_FAIL. Whether the bytes can be trusted is decided when
+            the reads end (:meth:`end_reads`).
         """
-        codes = self.data.read(
+        return self.data.read(
             [ReadItem(loc.replicas, buf) for loc, buf in zip(located, buffers, strict=True)]
         )
-        elapsed_ms = (self._clock() - started_at) * 1000.0
-        results: list[int] = []
-        for loc, code in zip(located, codes, strict=True):
-            if code != OK:
-                results.append(code)
-            elif loc.lease_ttl_ms and elapsed_ms > loc.lease_ttl_ms:
-                results.append(int(ErrorCode.LEASE_EXPIRED))
-            else:
-                results.append(loc.size)
-        return results
 
-    def lease_outlived(self, located: Sequence[ReplicaListResult], started_at: float) -> bool:
-        """True when the time since ``started_at`` exceeds the shortest lease granted."""
-        leases = [loc.lease_ttl_ms for loc in located if loc.code == OK and loc.lease_ttl_ms]
-        return bool(leases) and (self._clock() - started_at) * 1000.0 > min(leases)
+    def end_reads(self, located: Sequence[ReplicaListResult], started_at: float) -> list[int]:
+        """End the read lease of every OK result of ``located`` (once each): the copies are
+        done, successful or not.
+
+        Args:
+            located: what :meth:`locate` returned (entries that are not OK are skipped).
+            started_at: this client's clock, read before the lookup; the TTL counts from it.
+
+        Returns:
+            The indices whose copies cannot be trusted: LEASE_EXPIRED answered by the master
+            for a copy that outlived its TTL (its bytes may have changed), or no answer at all
+            for one. Empty when every copy finished within its TTL: the leases are then ended
+            one-way, without waiting.
+        """
+        elapsed_ms = (self._clock() - started_at) * 1000.0
+        ids: list[int] = []
+        owners: list[int] = []
+        late: list[int] = []
+        for i, loc in enumerate(located):
+            if loc.code != OK:
+                continue
+            if loc.read_id:
+                ids.append(loc.read_id)
+                owners.append(i)
+            if loc.lease_ttl_ms and elapsed_ms > loc.lease_ttl_ms:
+                late.append(i)
+        if not late:
+            if ids:
+                self.master.end_reads_one_way(self.client_id, ids)
+            return []
+        if not ids:
+            return late  # a master without read ids: nothing can vouch for these copies
+        try:
+            answers = self.master.end_reads(self.client_id, ids)
+        except MooncakeError as exc:
+            log.debug("ending %d read(s) that outlived their lease failed: %s", len(ids), exc)
+            return late  # nobody vouches for the copies that outlived their TTL
+        expired = {i for i, code in zip(owners, answers, strict=True) if code != OK}
+        expired.update(i for i in late if not located[i].read_id)
+        return sorted(expired)
+
+    def drop_reads(self, located: Sequence[ReplicaListResult]) -> None:
+        """End the read lease of every OK result of ``located`` one-way, trusting nothing
+        (a lookup that needed no copy, such as ``get_size``, or copies abandoned)."""
+        ids = [loc.read_id for loc in located if loc.code == OK and loc.read_id]
+        if ids:
+            self.master.end_reads_one_way(self.client_id, ids)
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -8,11 +8,19 @@ The named methods below are that call with the RPC chosen. Transport failures ra
 :class:`AuthenticationError` or :class:`PermissionDeniedError`; store-level outcomes come back
 as codes.
 
+:meth:`MasterClient.send_one_way` sends a call whose answer the caller does not need (the end
+of reads that finished within their lease) without waiting: a one-way frame on the stream
+channel (the same thread's next call runs after it on the master, see
+:mod:`mooncake_py.client.stream_client`), a gRPC call nobody waits for otherwise (no ordering).
+A one-way send that fails is dropped and logged at debug level: the master's lease TTL bounds
+what it would have ended.
+
 Thread-safety: safe to share between threads (gRPC channels and the stream pool are).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +39,7 @@ from mooncake_py.types import (
     ClientStatus,
     KvSessionInfo,
     KvSessionPage,
+    ProbeLeaseMode,
     PutStartResult,
     ReleaseResult,
     ReplicaListResult,
@@ -39,6 +48,8 @@ from mooncake_py.types import (
 )
 
 from .stream_client import ChannelClient, ChannelError
+
+log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
@@ -65,6 +76,8 @@ class MasterClient:
         self._channel: grpc.Channel | None = None
         self._grpc_calls: dict[str, Any] | None = None
         self._stream: ChannelClient | None = None
+        # gRPC calls sent one-way, kept referenced until done (a collected future cancels).
+        self._one_way_pending: set[Any] = set()
         self.reconnect()
 
     @property
@@ -153,6 +166,57 @@ class MasterClient:
         """
         rpc = RPCS[name]
         return rpc.result.decode(self._send(rpc, rpc.args.encode(*args)))
+
+    def send_one_way(self, name: str, *args: Any) -> None:
+        """Send the RPC ``name`` without waiting for (or ever reading) its answer.
+
+        Over the stream channel: a one-way frame; the master runs it before the next call this
+        thread makes. Over gRPC (also when the stream fails): a call whose answer nobody waits
+        for (no ordering). Never raises for transport failures: the call is dropped and logged
+        at debug level.
+
+        Raises:
+            KeyError: no such RPC.
+            TypeError, ValueError: the wrong number of arguments.
+        """
+        rpc = RPCS[name]
+        request = rpc.args.encode(*args)
+        stream = self._stream
+        if stream is not None:
+            try:
+                stream.send_one_way(rpc.wire_name, request.SerializeToString())
+                return
+            except OSError as exc:
+                # As for a failed call: later calls use gRPC until the heartbeat reconnects,
+                # and so does this one.
+                self._drop_stream(stream)
+                log.debug("one-way %s to %s (stream) failed: %s", name, self.address, exc)
+            except ChannelError as exc:  # a new connection's token was refused
+                log.debug("one-way %s to %s (stream) refused: %s", name, self.address, exc)
+                return
+        calls = self._grpc_calls
+        if calls is None:
+            log.debug("one-way %s dropped: client is closed", name)
+            return
+        try:
+            future = calls[name].future(request, timeout=self.timeout_s, metadata=self._metadata)
+        except (grpc.RpcError, ValueError) as exc:  # ValueError: the channel was closed
+            log.debug("one-way %s to %s dropped: %s", name, self.address, exc)
+            return
+        pending = self._one_way_pending
+        with self._lock:
+            pending.add(future)
+        future.add_done_callback(self._one_way_done)
+
+    def _one_way_done(self, future: Any) -> None:
+        with self._lock:
+            self._one_way_pending.discard(future)
+        if future.cancelled():
+            log.debug("one-way call to %s cancelled", self.address)
+            return
+        exc = future.exception()
+        if exc is not None:
+            log.debug("one-way call to %s failed: %s", self.address, exc)
 
     def _send(self, rpc: Rpc, request: Any) -> Any:
         stream = self._stream
@@ -283,39 +347,73 @@ class MasterClient:
             method += "WithKvSessions"
         return self.call(method, client_id, tenant, keys, sizes, config)
 
-    def put_end(self, client_id: str, tenant: str, key: str) -> int:
-        """PutEnd for one key; returns a code."""
-        return self.call("PutEnd", client_id, tenant, key)
+    def put_end(self, client_id: str, tenant: str, key: str, write_id: int) -> int:
+        """PutEnd of the write ``write_id`` (what its start answered); returns a code
+        (INVALID_WRITE when another write of the key preempted it)."""
+        return self.call("PutEnd", client_id, tenant, key, write_id)
 
-    def batch_put_end(self, client_id: str, tenant: str, keys: Sequence[str]) -> list[int]:
-        """BatchPutEnd: one code per key."""
-        return self.call("BatchPutEnd", client_id, tenant, keys)
+    def batch_put_end(
+        self, client_id: str, tenant: str, keys: Sequence[str], write_ids: Sequence[int]
+    ) -> list[int]:
+        """BatchPutEnd: one write id per key, one code per key."""
+        return self.call("BatchPutEnd", client_id, tenant, keys, write_ids)
 
-    def put_revoke(self, client_id: str, tenant: str, key: str) -> int:
-        """PutRevoke for one key; returns a code."""
-        return self.call("PutRevoke", client_id, tenant, key)
+    def put_revoke(self, client_id: str, tenant: str, key: str, write_id: int) -> int:
+        """PutRevoke of the write ``write_id``; returns a code."""
+        return self.call("PutRevoke", client_id, tenant, key, write_id)
 
-    def batch_put_revoke(self, client_id: str, tenant: str, keys: Sequence[str]) -> list[int]:
-        """BatchPutRevoke: one code per key."""
-        return self.call("BatchPutRevoke", client_id, tenant, keys)
+    def batch_put_revoke(
+        self, client_id: str, tenant: str, keys: Sequence[str], write_ids: Sequence[int]
+    ) -> list[int]:
+        """BatchPutRevoke: one write id per key, one code per key."""
+        return self.call("BatchPutRevoke", client_id, tenant, keys, write_ids)
 
     # -- read path -------------------------------------------------------------------------
 
-    def get_replica_list(self, tenant: str, key: str) -> ReplicaListResult:
-        """GetReplicaList for one key (grants a read lease)."""
-        return self.call("GetReplicaList", tenant, key)
+    def get_replica_list(self, tenant: str, key: str, client_id: str) -> ReplicaListResult:
+        """GetReplicaList for one key: starts a read lease held by ``client_id`` (its
+        ``read_id``), which the client ends with :meth:`end_reads`."""
+        return self.call("GetReplicaList", tenant, key, client_id)
 
-    def batch_get_replica_list(self, tenant: str, keys: Sequence[str]) -> list[ReplicaListResult]:
-        """BatchGetReplicaList: one result per key."""
-        return self.call("BatchGetReplicaList", tenant, keys)
+    def batch_get_replica_list(
+        self, tenant: str, keys: Sequence[str], client_id: str
+    ) -> list[ReplicaListResult]:
+        """BatchGetReplicaList: one result per key (a read lease per OK result)."""
+        return self.call("BatchGetReplicaList", tenant, keys, client_id)
 
-    def exist_key(self, tenant: str, key: str) -> int:
-        """ExistKey: 1, 0, or a negative code."""
-        return self.call("ExistKey", tenant, key)
+    def end_reads(self, client_id: str, read_ids: Sequence[int]) -> list[int]:
+        """EndReads, waiting for the answer: per id 0, or LEASE_EXPIRED when the bytes may
+        have changed under a copy that outlived its lease (or the id is unknown)."""
+        return self.call("EndReads", client_id, read_ids)
 
-    def batch_exist_key(self, tenant: str, keys: Sequence[str]) -> list[int]:
-        """BatchExistKey: per key 1, 0, or a negative code."""
-        return self.call("BatchExistKey", tenant, keys)
+    def end_reads_one_way(self, client_id: str, read_ids: Sequence[int]) -> None:
+        """EndReads without waiting (see :meth:`send_one_way`)."""
+        self.send_one_way("EndReads", client_id, read_ids)
+
+    def exist_key(self, tenant: str, key: str, client_id: str) -> int:
+        """ExistKey: 1 (``client_id`` gets an existence hold), 0, or a negative code."""
+        return self.call("ExistKey", tenant, key, client_id)
+
+    def batch_exist_key(self, tenant: str, keys: Sequence[str], client_id: str) -> list[int]:
+        """BatchExistKey: per key 1 (with an existence hold), 0, or a negative code."""
+        return self.call("BatchExistKey", tenant, keys, client_id)
+
+    def probe_key(self, tenant: str, key: str) -> int:
+        """ProbeKey: 1, 0, or a negative code; leases nothing."""
+        return self.call("ProbeKey", tenant, key)
+
+    def batch_probe_key(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        client_id: str,
+        lease_mode: ProbeLeaseMode = ProbeLeaseMode.NONE,
+        candidate_size: int = 1,
+    ) -> list[int]:
+        """BatchProbeKey: per key 1, 0, or a negative code. ``NONE`` leases nothing;
+        ``LAST_HIT_ONLY`` answers 1 only for the last complete candidate of
+        ``candidate_size`` consecutive keys, which gets existence holds for ``client_id``."""
+        return self.call("BatchProbeKey", tenant, keys, client_id, int(lease_mode), candidate_size)
 
     # -- KV sessions -----------------------------------------------------------------------
 

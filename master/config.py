@@ -208,8 +208,9 @@ class MasterConfig:
     default_kv_lease_ttl: int = _opt(
         10_000,
         "milliseconds",
-        "Lease an object gets on each read, blocking its eviction.",
-        AtLeast(0),
+        "Longest a read lease lasts when its reader does not end it (a reader that died or "
+        "hung); while it lasts the object's bytes stay put. Must be positive.",
+        Positive(),
     )
     default_kv_soft_pin_ttl: int = _opt(
         1_800_000,

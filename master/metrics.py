@@ -58,10 +58,37 @@ _STATS_METRICS = {
     "segments": ("master_mounted_segments", "Mounted segments.", "gauge"),
     "active_clients": ("master_active_clients", "Clients in good standing.", "gauge"),
     "eviction_candidates": ("master_eviction_candidates", "Objects eviction may take.", "gauge"),
-    "discarded_buffers": (
-        "master_discarded_buffers",
-        "Buffers of preempted or leased removed objects awaiting release.",
+    "preempted_buffers": (
+        "master_preempted_buffers",
+        "Buffers of preempted writes kept until their writers stop.",
         "gauge",
+    ),
+    "retired_buffers": (
+        "master_retired_buffers",
+        "Buffers of removed or replaced objects kept until their readers are done.",
+        "gauge",
+    ),
+    "retired_bytes": (
+        "master_retired_bytes",
+        "Bytes of removed or replaced objects kept until their readers are done.",
+        "gauge",
+    ),
+    "read_holds": ("master_read_leases", "Read leases held by readers.", "gauge"),
+    "reads_in_flight": ("master_reads_in_flight", "Reads whose copies are not done.", "gauge"),
+    "existence_holds": (
+        "master_existence_holds",
+        "Existence checks waiting for their client's read of the key.",
+        "gauge",
+    ),
+    "late_reads": (
+        "master_late_reads",
+        "Expired read leases remembered so late readers can be told if their bytes held.",
+        "gauge",
+    ),
+    "expired_read_holds": (
+        "master_expired_read_leases",
+        "Read leases that reached their TTL before their readers ended them.",
+        "counter",
     ),
     "sessions": ("master_kv_sessions", "Active KV sessions.", "gauge"),
     "pinned_sessions": ("master_kv_pinned_sessions", "Pinned KV sessions.", "gauge"),

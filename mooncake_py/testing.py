@@ -66,9 +66,9 @@ class InProcessMaster:
     def wait_for_leases_to_end(
         self, keys: Iterable[str], tenant: str = "default", timeout_s: float = 10.0
     ) -> None:
-        """Return once no read lease protects any of ``keys`` on the master's clock (an absent
-        key holds none), so they may be removed and evicted again. With a ``FakeClock``,
-        advance it instead: this would wait for nothing but the timeout.
+        """Return once no read lease or existence hold protects any of ``keys`` (an absent key
+        holds none), so they may be removed and evicted again. Leases end when their readers
+        end them, or at their TTL on the master's clock (with a ``FakeClock``, advance it).
 
         Raises:
             AssertionError: a lease still runs after ``timeout_s`` (real) seconds.
@@ -76,12 +76,9 @@ class InProcessMaster:
         pending = list(keys)
 
         def leases_ended() -> bool:
-            now = self.clock()
-            for key in pending:
-                meta = self.service.object_of(tenant, key)
-                if meta is not None and meta.has_live_lease(now):
-                    return False
-            return True
+            service = self.service
+            service.sweep_expired_puts(self.clock())  # ends the leases whose TTL ran out
+            return not any(service.is_leased(tenant, key) for key in pending)
 
         wait_until(leases_ended, timeout_s, what=f"the read leases of {len(pending)} key(s) end")
 

@@ -33,6 +33,15 @@ class ObjectDataType(enum.IntEnum):
     GENERAL = 9
 
 
+class ProbeLeaseMode(enum.IntEnum):
+    """Which keys a batch probe leases (upstream's ``GrantLeasePolicy.lease_mode``)."""
+
+    NONE = 0
+    """Lease nothing: a pure existence check."""
+    LAST_HIT_ONLY = 1
+    """Lease only the last complete candidate (``candidate_size`` consecutive keys)."""
+
+
 class ReplicaStatus(enum.IntEnum):
     """Life cycle of one replica (upstream ``ReplicaStatus``)."""
 
@@ -110,7 +119,8 @@ class ReleaseResult:
         pending_bytes: bytes of removed objects still under a read lease, returned when it ends.
         kept_shared: objects kept because another session still holds them.
         kept_hard_pinned: objects kept because they are hard pinned.
-        kept_leased: objects kept because a reader holds them.
+        kept_leased: always 0 from this master (kept for the wire and for older masters): a
+            member readers are copying from is released too, its bytes in ``pending_bytes``.
         kept_writing: objects kept because a write to them is in flight.
         kept_pinned: objects kept because a pinned session holds them (release_kv_cache).
         message: a note for humans, e.g. that the session did not exist.
@@ -185,10 +195,12 @@ class ReplicaDescriptor:
 
 @dataclasses.dataclass(frozen=True)
 class PutStartResult:
-    """Outcome of PutStart for one key: a code and, on success, where to write."""
+    """Outcome of PutStart for one key: a code and, on success, where to write and the
+    write's id (PutEnd / PutRevoke name it, and act on this write only)."""
 
     code: int
     replicas: tuple[ReplicaDescriptor, ...] = ()
+    write_id: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,14 +210,18 @@ class ReplicaListResult:
     Attributes:
         code: 0 or a negative error code.
         replicas: readable replicas (on success).
-        lease_ttl_ms: the read lease granted; a transfer that outlives it must be discarded.
+        lease_ttl_ms: the read lease's TTL: how long the bytes stay put if the reader does
+            not end its read first.
         size: the object's size in bytes.
+        read_id: the read lease; the reader ends it (EndReads) when its copy is done, and a
+            copy that outlived ``lease_ttl_ms`` is trusted only if EndReads answers OK.
     """
 
     code: int
     replicas: tuple[ReplicaDescriptor, ...] = ()
     lease_ttl_ms: int = 0
     size: int = 0
+    read_id: int = 0
 
 
 def valid_tenant_id(tenant: str) -> bool:

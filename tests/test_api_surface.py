@@ -27,6 +27,7 @@ PINNED: dict[str, dict[str, str]] = {
         "batch_get_buffer": "async (self, keys: 'Sequence[str]') -> 'list[pa.Buffer | None]'",
         "batch_get_into": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",
         "batch_is_exist": "async (self, keys: 'Sequence[str]') -> 'list[int]'",
+        "batch_probe_key": "async (self, keys: 'Sequence[str]', policy: 'str' = 'none', candidate_size: 'int' = 1) -> 'list[int]'",
         "batch_put_from": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
         "batch_remove": "async (self, keys: 'Sequence[str]', force: 'bool' = False) -> 'list[int]'",
         "batch_upsert_from": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
@@ -44,6 +45,7 @@ PINNED: dict[str, dict[str, str]] = {
         "list_kv_session_keys": "async (self, session_id: 'str', cursor: 'str' = '', limit: 'int' = 1024) -> 'KvSessionPage'",
         "list_kv_sessions": "async (self, cursor: 'str' = '', limit: 'int' = 1024, pinned: 'bool | None' = None, min_idle_ms: 'int' = 0) -> 'tuple[list[KvSessionInfo], str]'",
         "pin_kv_session": "async (self, session_id: 'str') -> 'int'",
+        "probe_key": "async (self, key: 'str') -> 'int'",
         "put": "async (self, key: 'str', value: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
         "put_batch": "async (self, keys: 'Sequence[str]', values: 'Sequence[Any]', config: 'ReplicateConfig | None' = None) -> 'int'",
         "put_from": "async (self, key: 'str', buffer_ptr: 'int', size: 'int', config: 'ReplicateConfig | None' = None) -> 'int'",
@@ -70,6 +72,7 @@ PINNED: dict[str, dict[str, str]] = {
         "batch_get_buffer": "(self, keys: 'Sequence[str]') -> 'list[pa.Buffer | None]'",
         "batch_get_into": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",
         "batch_is_exist": "(self, keys: 'Sequence[str]') -> 'list[int]'",
+        "batch_probe_key": "(self, keys: 'Sequence[str]', policy: 'str' = 'none', candidate_size: 'int' = 1) -> 'list[int]'",
         "batch_put_from": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
         "batch_remove": "(self, keys: 'Sequence[str]', force: 'bool' = False) -> 'list[int]'",
         "batch_upsert_from": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
@@ -87,6 +90,7 @@ PINNED: dict[str, dict[str, str]] = {
         "list_kv_session_keys": "(self, session_id: 'str', cursor: 'str' = '', limit: 'int' = 1024) -> 'KvSessionPage'",
         "list_kv_sessions": "(self, cursor: 'str' = '', limit: 'int' = 1024, pinned: 'bool | None' = None, min_idle_ms: 'int' = 0) -> 'tuple[list[KvSessionInfo], str]'",
         "pin_kv_session": "(self, session_id: 'str') -> 'int'",
+        "probe_key": "(self, key: 'str') -> 'int'",
         "put": "(self, key: 'str', value: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
         "put_batch": "(self, keys: 'Sequence[str]', values: 'Sequence[Any]', config: 'ReplicateConfig | None' = None) -> 'int'",
         "put_from": "(self, key: 'str', buffer_ptr: 'int', size: 'int', config: 'ReplicateConfig | None' = None) -> 'int'",
@@ -163,6 +167,7 @@ from mooncake_py import (
     ReplicateConfig,
     SegmentStatus,
 )
+from mooncake_py.types import ProbeLeaseMode
 
 
 def typed(client: Client, ptr: int) -> None:
@@ -186,6 +191,9 @@ def typed(client: Client, ptr: int) -> None:
     buffers: BatchResult[pa.Buffer] = client.batch_get_buffer(["k"])
     found: bool = client.is_exist("k")
     flags: list[bool] = client.batch_is_exist(["k"]).unwrap()
+    found = client.probe_key("k")
+    flags = client.batch_probe_key(["k"]).unwrap()
+    probes: BatchResult[bool] = client.batch_probe_key(["k", "l"], ProbeLeaseMode.LAST_HIT_ONLY, 2)
     size: int = client.get_size("k")
     client.remove("k", force=True)
     removed: BatchResult[None] = client.batch_remove(["k"])
@@ -213,7 +221,7 @@ def typed(client: Client, ptr: int) -> None:
         code: int = exc.code
         key: str | None = exc.key
     client.close()
-    del puts, value, values, read, first, buffer, buffers, found, flags, size, removed
+    del puts, value, values, read, first, buffer, buffers, found, flags, size, removed, probes
     del count, attached, info, page, listing, released, stats, segments, reachable, name
 
 
@@ -238,6 +246,8 @@ async def typed_async(ptr: int) -> None:
         await client.batch_get_buffer(["k"])
         found: bool = await client.is_exist("k")
         await client.batch_is_exist(["k"])
+        found = await client.probe_key("k")
+        probed: BatchResult[bool] = await client.batch_probe_key(["k"], ProbeLeaseMode.NONE, 1)
         size: int = await client.get_size("k")
         await client.remove("k")
         await client.batch_remove(["k"])
@@ -260,7 +270,7 @@ async def typed_async(ptr: int) -> None:
         reachable: bool = client.master_reachable
         sync: Client = client.client
         client.unregister_buffer(ptr)
-        del value, batch, read, buffer, found, size, count, info, page, listing, released
+        del value, batch, read, buffer, found, size, count, info, page, listing, released, probed
         del stats, segments, name, reachable, sync
 
 
@@ -282,6 +292,9 @@ def drop_in(store: MooncakeDistributedStore, ptr: int) -> None:
     buffers: list[pa.Buffer | None] = store.batch_get_buffer(["k"])
     code = store.is_exist("k") + store.get_size("k") + store.remove("k", True)
     codes = store.batch_is_exist(["k"]) + store.batch_remove(["k"])
+    code = store.probe_key("k")
+    codes = store.batch_probe_key(["k"]) + store.batch_probe_key(["k", "l"], "LastHitOnly", 2)
+    codes = store.batch_probe_key(["k"], candidate_size=0)
     code = store.remove_by_regex("^k") + store.remove_all(force=True)
     codes = store.attach_kv_session("s", ["k"])
     code = store.pin_kv_session("s") + store.unpin_kv_session("s") + store.close_kv_session("s")
@@ -315,6 +328,8 @@ async def drop_in_async(ptr: int) -> None:
         buffers: list[pa.Buffer | None] = await store.batch_get_buffer(["k"])
         code = await store.is_exist("k") + await store.get_size("k")
         codes = await store.batch_is_exist(["k"]) + await store.batch_remove(["k"])
+        code = await store.probe_key("k")
+        codes = await store.batch_probe_key(["k", "l"], "LastHitOnly", 2)
         code = await store.remove("k") + await store.remove_by_regex("^k")
         code = await store.remove_all()
         codes = await store.attach_kv_session("s", ["k"])

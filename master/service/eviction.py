@@ -11,9 +11,11 @@ Two entry points, both synchronous and driven by an explicit ``now``:
 - :meth:`Evictor.allocate_evicting`: a write that finds no free space evicts (bounded work) and
   retries before failing with NO_AVAILABLE_HANDLE.
 
-Never evicted: hard-pinned objects (not candidates at all), objects with a live read lease,
-objects being written (which covers every replica with a transfer in flight), and groups with
-any such member (groups go all together or not at all).
+Never evicted: hard-pinned objects (not candidates at all), objects a reader is copying from
+(a live read lease), objects being written (which covers every replica with a transfer in
+flight), and groups with any such member (groups go all together or not at all). Objects an
+existence check found, and that its client has not read yet, go in the fallback stage with the
+soft-pinned ones (those only when ``allow_evict_soft_pinned_objects``).
 
 Thread-safety: none; the service calls it under its lock.
 """
@@ -91,9 +93,14 @@ class Evictor:
         if meta is None or meta.hard_pinned or object_id in self._spared:
             return Verdict.SKIP
         members = self._victims_with(meta)
-        if any(m.is_writing() or m.has_live_lease(now) or not m.is_readable() for m in members):
+        reads = self._state.reads
+        if any(m.is_writing() or reads.is_read(m) or not m.is_readable() for m in members):
             return Verdict.SKIP
         if any(is_soft_pinned(m, now) for m in members):
+            allowed = self._state.config.allow_evict_soft_pinned_objects
+            return Verdict.PINNED if allowed else Verdict.SKIP
+        if any(reads.is_checked(m.object_id) for m in members):
+            # Found by an existence check its client has not read yet: after everything else.
             return Verdict.PINNED
         return Verdict.EVICT
 
@@ -147,6 +154,8 @@ class Evictor:
         store whose oldest objects are pinned is not walked from its oldest end every pass.
         """
         config = self._state.config
+        if now is not None:
+            self._state.reads.expire_due(now)
         used = self._state.used_ratio()
         over = used - config.eviction_high_watermark_ratio
         if over <= 0 and not self.allocation_failed:
@@ -174,6 +183,7 @@ class Evictor:
         """
         if work.done:
             return work
+        self._state.reads.expire_due(now)
         goal = work.lower_bound if work.fallback else work.target
         if work.evicted < goal:
             selection = self._state.policy.select(
@@ -198,8 +208,7 @@ class Evictor:
         if not work.fallback:
             self._pass_cursor = work.cursor
             self._pass_epoch = self._state.current_pin_epoch(now)
-        allow_pinned = self._state.config.allow_evict_soft_pinned_objects
-        if not work.fallback and work.evicted < work.lower_bound and allow_pinned:
+        if not work.fallback and work.evicted < work.lower_bound:
             work.fallback = True
             work.cursor = -1
         else:
@@ -228,6 +237,11 @@ class Evictor:
         allocations = segments.allocate(request)
         if allocations:
             return allocations
+        # Holds of readers that died or hung may be all that stands in the way.
+        if self._state.reads.expire_due(now):
+            allocations = segments.allocate(request)
+            if allocations:
+                return allocations
         # Only memory in segments large enough for the value can ever make room for it.
         fitting = segments.all_segments()
         useful = frozenset(
@@ -245,8 +259,7 @@ class Evictor:
                 return Verdict.SKIP
             return self.verdict(object_id, now)
 
-        stages = [False, True] if self._state.config.allow_evict_soft_pinned_objects else [False]
-        for include_pinned in stages:
+        for include_pinned in (False, True):
             # Ordinary candidates resume where the last write stopped, so the protected ones
             # met then are not judged again on every write; the fallback walks from the start.
             cursor = -1 if include_pinned else self._sync_cursor

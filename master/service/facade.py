@@ -38,7 +38,6 @@ from mooncake_py.errors import ErrorCode
 from mooncake_py.types import (
     ClientStatus,
     PutStartResult,
-    ReplicaListResult,
     ReplicateConfig,
     SegmentInfo,
 )
@@ -51,6 +50,7 @@ from ..state.store import StoreState
 from .context import DEFAULT_TENANT, ServiceContext, TenantResolver
 from .eviction import EvictionPass, Evictor
 from .kv_sessions import SessionService
+from .reads import ReadService
 from .release import ReleaseService
 from .writes import WritePath
 
@@ -80,6 +80,8 @@ class MasterService:
             across a restart.
 
     Attributes:
+        reads: the read operations (lookups that lease, existence checks, probes, ends of
+            reads).
         sessions: the KV session operations (attach, pin, update, close, get, list).
         releases: the release operations (of a session, of stale or all sessions, of the
             KV cache).
@@ -107,6 +109,7 @@ class MasterService:
         self._evictor = Evictor(self._state)
         self._writes = WritePath(self._state, self._evictor)
         self._view_version = view_version
+        self.reads = ReadService(context, config.max_batch_keys)
         self.sessions = SessionService(context)
         self.releases = ReleaseService(context)
 
@@ -236,9 +239,9 @@ class MasterService:
     ) -> list[PutStartResult]:
         """Create or replace each key (finish with PutEnd / PutRevoke, as for a put).
 
-        Per key, beyond :meth:`batch_put_start`'s codes: OBJECT_REPLICA_BUSY while a reader
-        holds the object (live read lease); INVALID_PARAMS when ``group_ids`` would move an
-        existing object to another group. An unfinished put or upsert of the key is preempted.
+        Per key, beyond :meth:`batch_put_start`'s codes: INVALID_PARAMS when ``group_ids``
+        would move an existing object to another group. Readers in flight finish on the old
+        bytes (see :mod:`.writes`). An unfinished put or upsert of the key is preempted.
         """
         return self._start_writes(client_id, tenant, keys, sizes, config, upsert=True)
 
@@ -269,6 +272,7 @@ class MasterService:
         results: list[PutStartResult] = []
         with self._lock:
             now = self._clock()
+            self._state.reads.expire_due(now)
             for i, (key, size) in enumerate(zip(keys, sizes, strict=True)):
                 if not valid_key(key) or not 0 < size <= MAX_VALUE_BYTES:
                     results.append(PutStartResult(ErrorCode.INVALID_PARAMS))
@@ -282,101 +286,73 @@ class MasterService:
                 )
         return results
 
-    def put_end(self, client_id: str, tenant: str, key: str) -> ErrorCode:
+    def put_end(self, client_id: str, tenant: str, key: str, write_id: int = 0) -> ErrorCode:
         """Make a written object visible; see :meth:`batch_put_end`."""
-        return self.batch_put_end(client_id, tenant, [key])[0]
+        return self.batch_put_end(client_id, tenant, [key], [write_id])[0]
 
-    def batch_put_end(self, client_id: str, tenant: str, keys: Sequence[str]) -> list[ErrorCode]:
+    def batch_put_end(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        write_ids: Sequence[int] = (),
+    ) -> list[ErrorCode]:
         """Mark each key's in-flight replicas COMPLETE, atomically making the object readable.
+
+        Args:
+            write_ids: per key, the write id its start answered (empty, or 0 for a key: the
+                client's write of that key in flight, whichever it is).
 
         Per key: OK (also when every replica is already COMPLETE, so a retry is harmless);
         OBJECT_NOT_FOUND; ILLEGAL_CLIENT when another client started the write; INVALID_WRITE
-        when nothing is in flight. Ends upserts too.
+        when nothing is in flight or the write was preempted by a later one (its memory is
+        then given back). Ends upserts too. Every key INVALID_PARAMS when ``write_ids`` is
+        neither empty nor as long as ``keys``.
         """
-        return self._per_key(tenant, keys, lambda t, k, now: self._writes.end(client_id, t, k, now))
+        return self._per_write(client_id, tenant, keys, write_ids, self._writes.end)
 
-    def put_revoke(self, client_id: str, tenant: str, key: str) -> ErrorCode:
+    def put_revoke(self, client_id: str, tenant: str, key: str, write_id: int = 0) -> ErrorCode:
         """Abandon a write; see :meth:`batch_put_revoke`."""
-        return self.batch_put_revoke(client_id, tenant, [key])[0]
+        return self.batch_put_revoke(client_id, tenant, [key], [write_id])[0]
 
-    def batch_put_revoke(self, client_id: str, tenant: str, keys: Sequence[str]) -> list[ErrorCode]:
+    def batch_put_revoke(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        write_ids: Sequence[int] = (),
+    ) -> list[ErrorCode]:
         """Free each key's in-flight replicas; an object left with none disappears.
 
-        Per key: OK; OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE when nothing is in flight.
+        Per key: OK; OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE when nothing is in flight
+        or the write was preempted (its memory is given back). ``write_ids`` as for
+        :meth:`batch_put_end`.
         """
-        return self._per_key(
-            tenant, keys, lambda t, k, now: self._writes.revoke(client_id, t, k, now)
-        )
+        return self._per_write(client_id, tenant, keys, write_ids, self._writes.revoke)
 
-    # ------------------------------------------------------------------------------------------
-    # Read path
-
-    def get_replica_list(self, tenant: str, key: str) -> ReplicaListResult:
-        """Readable replicas of one key; see :meth:`batch_get_replica_list`."""
-        return self.batch_get_replica_list(tenant, [key])[0]
-
-    def batch_get_replica_list(self, tenant: str, keys: Sequence[str]) -> list[ReplicaListResult]:
-        """Where to read each key, granting a read lease of ``default_kv_lease_ttl``.
-
-        Per key: OK with the COMPLETE replicas; OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY while
-        the first write is in flight; INVALID_PARAMS for a bad key.
-        """
+    def _per_write(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        write_ids: Sequence[int],
+        step: Callable[[str, str, str, float, int], ErrorCode],
+    ) -> list[ErrorCode]:
+        if write_ids and len(write_ids) != len(keys):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
+        ids = list(write_ids) if write_ids else [0] * len(keys)
+        if any(not isinstance(w, int) or w < 0 for w in ids):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
         resolved = self._resolve_tenant(tenant)
         if resolved is None or not self._batch_size_ok(keys):
-            return [ReplicaListResult(ErrorCode.INVALID_PARAMS)] * len(keys)
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
         with self._lock:
             now = self._clock()
-            return [self._replica_list_locked(resolved, key, now) for key in keys]
-
-    def _replica_list_locked(self, tenant: str, key: str, now: float) -> ReplicaListResult:
-        if not valid_key(key):
-            return ReplicaListResult(ErrorCode.INVALID_PARAMS)
-        meta = self._objects.get((tenant, key))
-        if meta is None:
-            return ReplicaListResult(ErrorCode.OBJECT_NOT_FOUND)
-        readable = meta.complete_replicas()
-        if not readable:
-            return ReplicaListResult(ErrorCode.REPLICA_IS_NOT_READY)
-        self._state.grant_lease(meta, now)
-        return ReplicaListResult(
-            ErrorCode.OK,
-            tuple(self._state.describe(meta, r) for r in readable),
-            self.config.default_kv_lease_ttl,
-            meta.size,
-        )
-
-    def exist_key(self, tenant: str, key: str) -> int:
-        """1 when the key is readable (granting a read lease), 0 when not, negative on error."""
-        return self.batch_exist_key(tenant, [key])[0]
-
-    def batch_exist_key(self, tenant: str, keys: Sequence[str]) -> list[int]:
-        """Per key: 1 readable (lease granted), 0 absent or not yet written, or INVALID_PARAMS."""
-        resolved = self._resolve_tenant(tenant)
-        if resolved is None or not self._batch_size_ok(keys):
-            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        results: list[int] = []
-        append = results.append
-        invalid = int(ErrorCode.INVALID_PARAMS)
-        lookup = self._objects.get
-        grant = self._state.grant_lease
-        ttl = self._state.lease_ttl_s
-        with self._lock:
-            now = self._clock()
-            # Leases with over half their TTL left only get extended (see grant_lease).
-            fresh_after, renewed = now + ttl / 2, now + ttl
-            for key in keys:
-                meta = lookup((resolved, key))
-                if meta is None or not meta.readable:
-                    # Stored keys were valid when written; only misses need the check.
-                    append(0 if valid_key(key) else invalid)
-                elif meta.lease_timeout > fresh_after and not meta.group_id:
-                    if renewed > meta.lease_timeout:
-                        meta.lease_timeout = renewed
-                    append(1)
-                else:
-                    grant(meta, now)
-                    append(1)
-        return results
+            self._state.reads.expire_due(now)
+            return [
+                step(client_id, resolved, k, now, w) if valid_key(k) else ErrorCode.INVALID_PARAMS
+                for k, w in zip(keys, ids, strict=True)
+            ]
 
     # ------------------------------------------------------------------------------------------
     # Remove family
@@ -401,7 +377,7 @@ class MasterService:
             return ErrorCode.OBJECT_NOT_FOUND
         if meta.is_writing():
             return ErrorCode.REPLICA_IS_NOT_READY
-        if not force and meta.has_live_lease(now):
+        if not force and self._state.is_leased(meta):
             return ErrorCode.OBJECT_HAS_LEASE
         self._state.release_replicas(meta, list(meta.replicas), now)
         return ErrorCode.OK
@@ -424,6 +400,7 @@ class MasterService:
             return ErrorCode.INVALID_PARAMS, 0
         with self._lock:
             now = self._clock()
+            self._state.reads.expire_due(now)
             matching = [
                 m.key for m in self._objects.items_of_tenant(resolved) if compiled.search(m.key)
             ]
@@ -442,6 +419,7 @@ class MasterService:
             return 0
         with self._lock:
             now = self._clock()
+            self._state.reads.expire_due(now)
             doomed = list(self._objects) if everyone else self._objects.items_of_tenant(resolved)
             codes = [self._remove_locked(m.tenant, m.key, force, now) for m in doomed]
         return sum(1 for code in codes if code == ErrorCode.OK)
@@ -460,16 +438,21 @@ class MasterService:
             for client_id in expired:
                 for mounted in self._segments.segments_of(client_id):
                     self._unmount_locked(mounted.info.id)
+                # It reads and writes nothing any more: what it held goes back.
+                self._state.reads.drop_client(client_id)
+                self._state.drop_client_writes(client_id)
             return expired
 
     def sweep_expired_puts(self, now: float) -> int:
-        """Free writes that never ended within the release timeout, and due discarded buffers.
+        """Free writes that never ended within the release timeout and preempted writes whose
+        time has come, and end read leases whose TTL ran out (their readers died or hung).
 
         Returns:
-            The number of replicas and discarded buffers freed.
+            The number of write replicas freed.
         """
         with self._lock:
-            return self._state.free_due_discards(now) + self._writes.sweep_expired(now)
+            self._state.reads.expire_due(now)
+            return self._writes.sweep_expired(now)
 
     def evict_once(self, now: float) -> EvictionPass | None:
         """Run one whole watermark eviction pass (None when memory use does not call for one).
@@ -504,7 +487,9 @@ class MasterService:
                 "allocated_bytes": self._segments.used_bytes(),
                 "clients": len(self._clients),
                 "active_clients": self._clients.active_count,
-                "discarded_buffers": len(self._state.discarded),
+                "preempted_buffers": self._state.preempted_count(),
+                "retired_bytes": self._state.reads.retired_bytes(),
+                **self._state.reads.counts(),
                 "eviction_candidates": len(self._state.policy),
                 "sessions": len(self._state.sessions),
                 "pinned_sessions": self._state.sessions.pinned_count(),
@@ -540,6 +525,7 @@ class MasterService:
             return [ErrorCode.INVALID_PARAMS] * len(keys)
         with self._lock:
             now = self._clock()
+            self._state.reads.expire_due(now)
             return [
                 step(resolved, k, now) if valid_key(k) else ErrorCode.INVALID_PARAMS for k in keys
             ]
@@ -551,6 +537,12 @@ class MasterService:
         """The mounted segment with this id (for tests and introspection)."""
         with self._lock:
             return self._segments.get(segment_id)
+
+    def is_leased(self, tenant: str, key: str) -> bool:
+        """Whether a read lease or existence hold protects the key (for tests and tools)."""
+        with self._lock:
+            meta = self._objects.get((self._resolve_tenant(tenant) or DEFAULT_TENANT, key))
+            return meta is not None and self._state.is_leased(meta)
 
     def object_of(self, tenant: str, key: str) -> ObjectMetadata | None:
         """The metadata of one object (for tests and introspection); do not mutate it."""

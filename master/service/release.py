@@ -3,9 +3,10 @@
 :class:`ReleaseService` is reached as ``MasterService.releases``; it depends only on the shared
 :class:`~mooncake_py.master.service.context.ServiceContext`. ``release_kv_session`` closes a
 session and removes the members that nothing else needs: not held by another session, not hard
-pinned, not leased by a reader, not being written. It works in pages, taking the service lock
-per page, so releasing a huge session never stalls other calls for long; freed bytes are the
-allocators' own count of what came back. ``release_kv_cache`` removes every KV-cache object of
+pinned, not being written. It works in pages, taking the service lock per page, so releasing a
+huge session never stalls other calls for long; freed bytes are the allocators' own count of
+what came back. A member a reader is still copying from is removed too: its memory comes back
+the moment that read ends (``pending_bytes``). ``release_kv_cache`` removes every KV-cache object of
 a tenant (data type KVCACHE or UNKNOWN) while other data (weights, ...) stays resident.
 """
 
@@ -77,36 +78,39 @@ class ReleaseService:
 
     def _release_page(self, session: KvSession, keys: list[str]) -> ReleaseResult:
         now = self._clock()
-        counts = dict.fromkeys(("shared", "hard", "leased", "writing"), 0)
+        counts = dict.fromkeys(("shared", "hard", "writing"), 0)
         doomed: list[ObjectMetadata] = []
         for key in keys:
             meta = self._state.objects.get((session.tenant, key))
             if meta is None:
                 continue
-            reason = _kept_because(meta, now)
+            reason = _kept_because(meta)
             if reason is None:
                 doomed.append(meta)
             else:
                 counts[reason] += 1
-        freed = self._remove_all_of(doomed, now)
+        freed, pending = self._remove_all_of(doomed, now)
         return ReleaseResult(
             released_objects=len(doomed),
             freed_bytes=freed,
+            pending_bytes=pending,
             kept_shared=counts["shared"],
             kept_hard_pinned=counts["hard"],
-            kept_leased=counts["leased"],
             kept_writing=counts["writing"],
         )
 
-    def _remove_all_of(self, doomed: list[ObjectMetadata], now: float) -> int:
-        """Remove objects; returns the bytes the allocators got back now."""
+    def _remove_all_of(self, doomed: list[ObjectMetadata], now: float) -> tuple[int, int]:
+        """Remove objects; returns the bytes the allocators got back now and the bytes that
+        come back when the reads still copying from them end."""
+        self._state.reads.expire_due(now)
         before = self._state.segments.used_bytes()
+        pending = 0
         for meta in doomed:
-            self._state.release_replicas(meta, list(meta.replicas), now)
+            pending += self._state.release_replicas(meta, list(meta.replicas), now)
         freed = before - self._state.segments.used_bytes()
         self._state.counters.released_objects += len(doomed)
         self._state.counters.released_bytes += freed
-        return freed
+        return freed, pending
 
     def release_stale_kv_sessions(
         self, tenant: str, max_idle_ms: int, include_pinned: bool = False
@@ -152,8 +156,8 @@ class ReleaseService:
 
         Objects of other types stay. Soft-pinned objects (pinned sessions, TTL pins) stay
         unless ``keep_pinned`` is false; hard-pinned ones and writes in flight always stay.
-        Objects under a read lease are removed, their memory returned when the lease ends
-        (``pending_bytes``).
+        Objects readers are still copying from are removed, their memory returned the moment
+        those reads end (``pending_bytes``).
         """
         resolved = self._resolve_tenant(tenant)
         if resolved is None:
@@ -167,7 +171,6 @@ class ReleaseService:
             ]
             counts = dict.fromkeys(("hard", "writing", "pinned"), 0)
             doomed: list[ObjectMetadata] = []
-            pending = 0
             for meta in candidates:
                 if meta.hard_pinned:
                     counts["hard"] += 1
@@ -177,9 +180,7 @@ class ReleaseService:
                     counts["pinned"] += 1
                 else:
                     doomed.append(meta)
-                    if meta.has_live_lease(now):
-                        pending += meta.size * len(meta.replicas)
-            freed = self._remove_all_of(doomed, now)
+            freed, pending = self._remove_all_of(doomed, now)
         return ErrorCode.OK, ReleaseResult(
             released_objects=len(doomed),
             freed_bytes=freed,
@@ -190,7 +191,7 @@ class ReleaseService:
         )
 
 
-def _kept_because(meta: ObjectMetadata, now: float) -> str | None:
+def _kept_because(meta: ObjectMetadata) -> str | None:
     """Why a released session's member must stay, or None when it can go."""
     if meta.sessions is not None and len(meta.sessions) > 1:
         return "shared"
@@ -198,6 +199,4 @@ def _kept_because(meta: ObjectMetadata, now: float) -> str | None:
         return "hard"
     if meta.is_writing():
         return "writing"
-    if meta.has_live_lease(now):
-        return "leased"
     return None

@@ -1,12 +1,21 @@
 """The write path: put and upsert start, end and revoke, and the sweep of stuck writes.
 
+Every start gets its own write id (in its answer); PutEnd and PutRevoke name it, and complete
+or revoke only that write's replicas, so no interleaving of starts and ends, by one client or
+many, can make a reader see bytes not written for its key. (An end or revoke without a write
+id, 0, acts on whatever write of that client is in flight.)
+
 Put is first-writer-wins: a key with a readable replica, or with a write younger than
 ``put_start_discard_timeout_sec``, answers OBJECT_ALREADY_EXISTS; an older unfinished write is
-preempted, its memory held until ``put_start_release_timeout_sec`` in case its writer is still
-copying. Upsert replaces: a same-size object is rewritten in place (its replicas go back to
-PROCESSING, so it is unreadable until the write ends), a different-size object gets new
-replicas, and either way hard pin and a live soft pin are kept. An upsert of an object that a
-reader holds (live read lease) answers OBJECT_REPLICA_BUSY.
+preempted. Upsert replaces, and an unfinished put or upsert of its key is preempted at once. A
+preempted write's memory is kept while its writer may still be copying into it, and given back
+as soon as that writer is known to have stopped: its PutEnd or PutRevoke arrives (and answers
+INVALID_WRITE), its client expires, or ``put_start_release_timeout_sec`` passes.
+
+An upsert keeps readers in flight on the old bytes: a same-size object nobody is reading is
+rewritten in place (its replicas go back to PROCESSING, so it is unreadable until the write
+ends); otherwise the new value gets new replicas and the old ones are retired until their
+readers are done (:mod:`..state.reads`). Either way hard pin and a live soft pin are kept.
 
 A write tagged with KV sessions (``ReplicateConfig.kv_sessions``) is admitted against the
 session limits before anything changes, and its object joins those sessions when the start
@@ -140,7 +149,7 @@ class WritePath:
         if existing is not None:
             if not self.is_stale(existing, now):
                 return PutStartResult(ErrorCode.OBJECT_ALREADY_EXISTS)
-            self._preempt(existing, existing.put_start_time)
+            self._preempt(existing, now)
         return self._create(client_id, tenant, key, size, config, group_id, pin, now, None)
 
     def upsert_start(
@@ -166,14 +175,12 @@ class WritePath:
             )
         if group_id is not None and group_id != existing.group_id:
             return PutStartResult(ErrorCode.INVALID_PARAMS)
-        if existing.is_readable() and existing.has_live_lease(now):
-            return PutStartResult(ErrorCode.OBJECT_REPLICA_BUSY)
         if existing.is_writing():
             # An unfinished put or upsert loses at once; its writer may still be copying.
             stuck = existing.processing_replicas()
-            for replica in stuck:
-                self._state.discard(replica, now + self._state.config.put_start_release_timeout_sec)
             self._state.objects.drop_replicas(existing, stuck)
+            self._state.preempt(existing, stuck, now)
+            existing.write_id = 0
             if not existing.replicas:
                 # Upsert keeps session memberships: carry them over to the new object.
                 memberships, existing.sessions = existing.sessions, None
@@ -184,7 +191,7 @@ class WritePath:
                 successor = self._state.objects.get(existing.object_id)
                 self._state.sessions.adopt(successor, existing, memberships)
                 return result
-        if existing.size == size:
+        if existing.size == size and not self._state.reads.is_read(existing):
             result = self._rewrite_in_place(existing, client_id, pin, now)
         else:
             result = self._replace(existing, client_id, size, config, pin, now)
@@ -207,9 +214,12 @@ class WritePath:
         meta.client_id = client_id
         meta.put_start_time = now
         meta.pending_soft_pin = pin
+        meta.write_id = self._state.next_write_id()
+        # Readers whose hold expired mid-copy can no longer trust these bytes.
+        self._state.reads.on_rewritten(meta.replicas)
         self._state.objects.mark_processing(meta)
         replicas = tuple(self._state.describe(meta, r) for r in meta.replicas)
-        return PutStartResult(ErrorCode.OK, replicas)
+        return PutStartResult(ErrorCode.OK, replicas, meta.write_id)
 
     def _replace(
         self,
@@ -231,9 +241,11 @@ class WritePath:
         meta.put_start_time = now
         meta.size = size
         meta.pending_soft_pin = pin
+        meta.write_id = self._state.next_write_id()
         replicas = self._new_replicas(allocations, size)
         self._state.objects.add_replicas(meta, replicas)
-        return PutStartResult(ErrorCode.OK, tuple(self._state.describe(meta, r) for r in replicas))
+        described = tuple(self._state.describe(meta, r) for r in replicas)
+        return PutStartResult(ErrorCode.OK, described, meta.write_id)
 
     def _create(
         self,
@@ -279,13 +291,13 @@ class WritePath:
             hard_pinned=config.with_hard_pin or bool(predecessor and predecessor.hard_pinned),
             pending_soft_pin=pin,
             group_id=identity.group_id,
+            write_id=self._state.next_write_id(),
         )
         if predecessor is not None and predecessor.soft_pin_deadline > now:
             meta.soft_pin_deadline = predecessor.soft_pin_deadline
         self._state.objects.insert(meta)
-        return PutStartResult(
-            ErrorCode.OK, tuple(self._state.describe(meta, r) for r in meta.replicas)
-        )
+        described = tuple(self._state.describe(meta, r) for r in meta.replicas)
+        return PutStartResult(ErrorCode.OK, described, meta.write_id)
 
     def _new_replicas(self, allocations: list[Allocation], size: int) -> list[Replica]:
         return [
@@ -299,54 +311,80 @@ class WritePath:
             for a in allocations
         ]
 
-    def _preempt(self, stale: ObjectMetadata, started: float) -> None:
-        """Drop a stuck write; its buffers are freed only after the release timeout."""
-        release_at = started + self._state.config.put_start_release_timeout_sec
-        for replica in stale.replicas:
-            self._state.discard(replica, release_at)
+    def _preempt(self, stale: ObjectMetadata, now: float) -> None:
+        """Drop a stuck write; its memory waits for its writer to stop (see the module)."""
+        replicas = list(stale.replicas)
+        self._state.objects.drop_replicas(stale, replicas)
+        self._state.preempt(stale, replicas, now)
         self._state.erase(stale.object_id)
 
     # -- end and revoke --------------------------------------------------------------------
 
-    def end(self, client_id: str, tenant: str, key: str, now: float) -> ErrorCode:
+    def _write_of(
+        self, client_id: str, tenant: str, key: str, write_id: int
+    ) -> ObjectMetadata | ErrorCode:
+        """The object whose write in flight is ``write_id`` (any write of ``client_id`` for
+        0), or the code that answers the end or revoke."""
+        if write_id and self._state.stop_preempted(client_id, write_id):
+            return ErrorCode.INVALID_WRITE  # replaced by a later write; its memory is back
+        meta = self._state.objects.get((tenant, key))
+        if meta is None:
+            return ErrorCode.OBJECT_NOT_FOUND
+        if meta.client_id != client_id:
+            return ErrorCode.ILLEGAL_CLIENT
+        if write_id and meta.write_id != write_id:
+            return (
+                ErrorCode.OK
+                if meta.is_readable() and not meta.is_writing()
+                else (ErrorCode.INVALID_WRITE)
+            )
+        return meta
+
+    def end(
+        self, client_id: str, tenant: str, key: str, now: float, write_id: int = 0
+    ) -> ErrorCode:
         """Make the written replicas COMPLETE: the object becomes readable atomically.
 
         Returns OK (also for a retry after success), OBJECT_NOT_FOUND, ILLEGAL_CLIENT (another
-        client started the write) or INVALID_WRITE (nothing in flight).
+        client started the write) or INVALID_WRITE (nothing in flight, or ``write_id`` was
+        preempted by a later write of the key).
         """
-        meta = self._state.objects.get((tenant, key))
-        if meta is None:
-            return ErrorCode.OBJECT_NOT_FOUND
-        if meta.client_id != client_id:
-            return ErrorCode.ILLEGAL_CLIENT
+        found = self._write_of(client_id, tenant, key, write_id)
+        if isinstance(found, ErrorCode):
+            return found
+        meta = found
         if not meta.is_writing():
             return ErrorCode.OK if meta.is_readable() else ErrorCode.INVALID_WRITE
         self._state.mark_readable(meta)
+        meta.write_id = 0
         _commit_soft_pin(meta, now)
         if meta.soft_pin_deadline > now:
             self._state.note_soft_pin(meta.soft_pin_deadline)
-        meta.grant_lease(now, 0.0)
         return ErrorCode.OK
 
-    def revoke(self, client_id: str, tenant: str, key: str, now: float) -> ErrorCode:
+    def revoke(
+        self, client_id: str, tenant: str, key: str, now: float, write_id: int = 0
+    ) -> ErrorCode:
         """Free the in-flight replicas; an object left with none disappears.
 
-        Returns OK, OBJECT_NOT_FOUND, ILLEGAL_CLIENT or INVALID_WRITE (nothing in flight).
+        Returns OK, OBJECT_NOT_FOUND, ILLEGAL_CLIENT or INVALID_WRITE (nothing in flight, or
+        ``write_id`` was preempted; its memory is given back either way).
         """
-        meta = self._state.objects.get((tenant, key))
-        if meta is None:
-            return ErrorCode.OBJECT_NOT_FOUND
-        if meta.client_id != client_id:
-            return ErrorCode.ILLEGAL_CLIENT
+        found = self._write_of(client_id, tenant, key, write_id)
+        if isinstance(found, ErrorCode):
+            return ErrorCode.INVALID_WRITE if found == ErrorCode.OK else found
+        meta = found
         doomed = meta.processing_replicas()
         if not doomed:
             return ErrorCode.INVALID_WRITE
+        meta.write_id = 0
         self._state.release_replicas(meta, doomed, now)
         return ErrorCode.OK
 
     def sweep_expired(self, now: float) -> int:
-        """Free writes never ended within the release timeout; returns replicas freed."""
-        freed = 0
+        """Free writes never ended within the release timeout, and preempted writes whose
+        time has come; returns replicas freed."""
+        freed = self._state.free_due_preempted(now)
         deadline = self._state.config.put_start_release_timeout_sec
         for object_id, started in self._state.objects.oldest_processing():
             if started + deadline > now:
@@ -354,6 +392,7 @@ class WritePath:
             meta = self._state.objects.get(object_id)
             if meta is not None:
                 stale = meta.processing_replicas()
+                meta.write_id = 0
                 self._state.release_replicas(meta, stale, now)
                 freed += len(stale)
         return freed

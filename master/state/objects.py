@@ -57,9 +57,11 @@ class PendingSoftPin:
 class ObjectMetadata:
     """Everything the master knows about one object.
 
-    Times are seconds on the service clock. ``lease_timeout`` is the read lease: the object may
-    not be removed (without force) or evicted before it. ``soft_pin_deadline`` is the committed
-    TTL soft pin (0 means none); ``hard_pinned`` objects are never evicted.
+    Times are seconds on the service clock. ``fresh_until``: reads before it do not renew the
+    object's recency again (it was read moments ago); read leases themselves are held by their
+    readers (:mod:`.reads`). ``soft_pin_deadline`` is the committed TTL soft pin (0 means
+    none); ``hard_pinned`` objects are never evicted. ``write_id`` names the write in flight
+    (its PROCESSING replicas), 0 when none.
     """
 
     tenant: str
@@ -69,7 +71,8 @@ class ObjectMetadata:
     put_start_time: float
     replicas: list[Replica]
     data_type: int = 0
-    lease_timeout: float = 0.0
+    fresh_until: float = 0.0
+    write_id: int = 0
     hard_pinned: bool = False
     soft_pin_deadline: float = 0.0
     pending_soft_pin: PendingSoftPin | None = None
@@ -103,14 +106,6 @@ class ObjectMetadata:
     def is_writing(self) -> bool:
         """True when a write to some replica is in flight."""
         return any(r.status == ReplicaStatus.PROCESSING for r in self.replicas)
-
-    def grant_lease(self, now: float, ttl_s: float) -> None:
-        """Extend the read lease to at least ``now + ttl_s``; never shortens it."""
-        self.lease_timeout = max(self.lease_timeout, now + ttl_s)
-
-    def has_live_lease(self, now: float) -> bool:
-        """True while a read lease protects the object."""
-        return now < self.lease_timeout
 
 
 class ObjectTable:
@@ -192,7 +187,8 @@ class ObjectTable:
             self._on_reweigh(meta)
 
     def mark_processing(self, meta: ObjectMetadata) -> None:
-        """Flip every COMPLETE replica of ``meta`` back to PROCESSING (a rewrite in place)."""
+        """Flip every COMPLETE replica of ``meta`` back to PROCESSING (a rewrite in place;
+        the caller made sure nobody is reading them)."""
         for replica in meta.replicas:
             if replica.status == ReplicaStatus.COMPLETE:
                 replica.status = ReplicaStatus.PROCESSING

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from mooncake_py.types import SegmentInfo
 
@@ -81,6 +81,9 @@ class SegmentManager:
         self._segments: dict[str, MountedSegment] = {}
         self._by_name: dict[str, list[MountedSegment]] = {}
         self._by_client: dict[str, dict[str, None]] = {}
+        # Told of every range handed out (segment id, offset, size): read leases watch freed
+        # ranges for reuse.
+        self.on_allocated: Callable[[str, int, int], None] | None = None
 
     # -- mounting --------------------------------------------------------------------------
 
@@ -204,6 +207,8 @@ class SegmentManager:
                 continue
             offset = segment.allocator.allocate(size)
             if offset is not None:
+                if self.on_allocated is not None:
+                    self.on_allocated(segment.info.id, offset, size)
                 return Allocation(segment=segment, offset=offset, size=size)
         return None
 

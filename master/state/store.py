@@ -22,17 +22,24 @@ from ..config import MasterConfig
 from .clients import ClientRegistry
 from .lru import LeaseOrderedLRU
 from .objects import ObjectId, ObjectMetadata, ObjectTable, Replica
+from .reads import ReadLeases
 from .segments import SegmentManager
 from .session_registry import SessionLimits, SessionRegistry, pinned_by_session
 
 
-@dataclasses.dataclass(order=True, slots=True)
-class DiscardedBuffer:
-    """Memory no object owns any more, freed only once nobody can still be touching it."""
+@dataclasses.dataclass(slots=True)
+class PreemptedWrite:
+    """An unfinished write another write of its key replaced.
 
+    Its writer may still be copying into its replicas, so their memory is kept until that
+    writer is known to have stopped (its PutEnd or PutRevoke arrives, or its client expires)
+    or until ``release_at`` (``put_start_release_timeout_sec`` after it started).
+    """
+
+    write_id: int
+    client_id: str
+    replicas: list[Replica]
     release_at: float
-    segment_id: str = dataclasses.field(compare=False)
-    offset: int = dataclasses.field(compare=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -85,7 +92,11 @@ class StoreState:
         self.segments = SegmentManager(config.allocation_strategy, rng)
         self.clients = ClientRegistry(config.client_ttl)
         self.policy = LeaseOrderedLRU()
-        self.discarded: list[DiscardedBuffer] = []
+        self.reads = ReadLeases(free=self._free_replica)
+        self.segments.on_allocated = self.reads.on_allocated
+        # Preempted writes by write id, and their release deadlines (oldest first).
+        self.preempted: dict[int, PreemptedWrite] = {}
+        self._preempted_deadlines: list[tuple[float, int]] = []
         self.counters = Counters()
         self.lease_ttl_s = config.default_kv_lease_ttl / 1000.0
         # Bumped whenever objects may have stopped being soft pinned (an unpin, a member leaving
@@ -94,10 +105,15 @@ class StoreState:
         self.pin_epoch = 0
         self._pin_deadlines: list[float] = []
         self._replica_ids = itertools.count(1)
+        self._write_ids = itertools.count(1)
 
     def next_replica_id(self) -> int:
         """A fresh replica id."""
         return next(self._replica_ids)
+
+    def next_write_id(self) -> int:
+        """A fresh write id: every put or upsert start gets its own."""
+        return next(self._write_ids)
 
     # -- object life cycle -----------------------------------------------------------------
 
@@ -107,28 +123,29 @@ class StoreState:
         if not meta.hard_pinned:
             self.policy.on_created(meta.object_id)
 
-    def grant_lease(self, meta: ObjectMetadata, now: float) -> None:
-        """A read: lease the object (its whole group when it has one) and count the access.
+    def touch(self, meta: ObjectMetadata, now: float) -> None:
+        """A read or existence check: count the access (for its whole group when it has one).
 
-        An object whose lease still has more than half its TTL to run was accessed moments
-        ago and cannot be evicted before the lease ends anyway, so its recency is not renewed
-        again (as upstream skips group-wide refreshes): repeated probes of hot keys then cost a
-        dict lookup, not a reordering. Its recency lags its last access by at most half a TTL.
+        An object read within the last half lease TTL was accessed moments ago, so its
+        recency is not renewed again (as upstream skips group-wide refreshes): repeated probes
+        of hot keys then cost a dict lookup, not a reordering. Its recency lags its last
+        access by at most half a TTL.
         """
-        ttl = self.lease_ttl_s
-        fresh_after = now + ttl / 2
-        if not meta.group_id:
-            if meta.lease_timeout > fresh_after:
-                meta.lease_timeout = max(meta.lease_timeout, now + ttl)
-                return
-            members = [meta]
-        else:
-            members = self.objects.group_members(meta.tenant, meta.group_id)
+        if meta.fresh_until > now and not meta.group_id:
+            return
+        fresh = now + self.lease_ttl_s / 2
+        members = (
+            self.objects.group_members(meta.tenant, meta.group_id) if meta.group_id else [meta]
+        )
         for member in members:
-            renew = member.lease_timeout <= fresh_after
-            member.grant_lease(now, ttl)
-            if renew and member.object_id in self.policy:
+            if member.fresh_until <= now and member.object_id in self.policy:
                 self.policy.on_touched(member.object_id)
+            member.fresh_until = max(member.fresh_until, fresh)
+
+    def is_leased(self, meta: ObjectMetadata) -> bool:
+        """True while a reader may be copying ``meta``'s bytes (a live read hold) or an
+        existence check holds it: it may not be removed without force. O(replicas)."""
+        return self.reads.is_read(meta) or self.reads.is_checked(meta.object_id)
 
     def note_soft_pin(self, deadline: float) -> None:
         """A TTL soft pin was committed; its end will bump :attr:`pin_epoch`."""
@@ -151,6 +168,7 @@ class StoreState:
         """Forget an object everywhere, its session memberships included (its memory is the
         caller's business)."""
         self.policy.on_removed(object_id)
+        self.reads.drop_checks(object_id)
         meta = self.objects.erase(object_id)
         if meta is not None:
             self.sessions.on_object_removed(meta)
@@ -158,54 +176,93 @@ class StoreState:
 
     def release_replicas(
         self, meta: ObjectMetadata, doomed: list[Replica], now: float, keep_object: bool = False
-    ) -> None:
-        """Free ``doomed`` replicas; erase the object if nothing is left (unless ``keep_object``:
-        the caller is about to give it new replicas).
+    ) -> int:
+        """Take ``doomed`` replicas from ``meta``; erase the object if nothing is left (unless
+        ``keep_object``: the caller is about to give it new replicas).
 
-        Memory under a live read lease is quarantined until the lease ends instead of being
-        freed: a reader may still be copying out of it, and its transfer is only trusted while
-        the lease holds, so the bytes it sees are never overwritten by a new writer first.
+        The memory of a replica no reader is copying from goes back to its allocator now; a
+        replica some reader is still copying from is retired, and its memory goes back the
+        moment that reader ends its read (or its hold expires), so the bytes a reader sees are
+        never overwritten by a new writer first.
+
+        Returns:
+            The bytes kept for readers still copying (0 when everything was freed now).
         """
-        for replica in doomed:
-            if meta.has_live_lease(now):
-                self.discard(replica, meta.lease_timeout)
-            else:
-                self.segments.free(replica.segment_id, replica.offset)
+        retire = self.reads.retire_or_free
+        pending = sum(r.size for r in doomed if retire(r))
         self.objects.drop_replicas(meta, doomed)
         if not meta.replicas and not keep_object:
             self.erase(meta.object_id)
+        return pending
 
-    def discard(self, replica: Replica, release_at: float) -> None:
-        """Free ``replica``'s memory at ``release_at`` rather than now."""
-        heapq.heappush(
-            self.discarded, DiscardedBuffer(release_at, replica.segment_id, replica.offset)
-        )
+    def _free_replica(self, replica: Replica) -> None:
+        self.segments.free(replica.segment_id, replica.offset)
 
-    def free_due_discards(self, now: float) -> int:
-        """Free every discarded buffer whose time has come; returns how many."""
+    # -- preempted writes ------------------------------------------------------------------
+
+    def preempt(self, meta: ObjectMetadata, replicas: list[Replica], now: float) -> None:
+        """Another write replaces ``meta``'s write in flight: keep ``replicas`` (its
+        PROCESSING ones, already taken off the object) for its writer until it stops."""
+        if not replicas:
+            return
+        write_id = meta.write_id or self.next_write_id()
+        release_at = meta.put_start_time + self.config.put_start_release_timeout_sec
+        self.preempted[write_id] = PreemptedWrite(write_id, meta.client_id, replicas, release_at)
+        heapq.heappush(self._preempted_deadlines, (release_at, write_id))
+
+    def stop_preempted(self, client_id: str, write_id: int) -> bool:
+        """The writer of preempted write ``write_id`` stopped (its end or revoke arrived):
+        its memory goes back now. Returns whether such a write of ``client_id`` existed."""
+        preempted = self.preempted.get(write_id)
+        if preempted is None or preempted.client_id != client_id:
+            return False
+        self._free_preempted(write_id)
+        return True
+
+    def _free_preempted(self, write_id: int) -> int:
+        preempted = self.preempted.pop(write_id)
+        for replica in preempted.replicas:
+            self._free_replica(replica)
+        return len(preempted.replicas)
+
+    def free_due_preempted(self, now: float) -> int:
+        """Free the preempted writes whose release time has come; returns replicas freed."""
         freed = 0
-        while self.discarded and self.discarded[0].release_at <= now:
-            buffer = heapq.heappop(self.discarded)
-            self.segments.free(buffer.segment_id, buffer.offset)
-            freed += 1
+        deadlines = self._preempted_deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, write_id = heapq.heappop(deadlines)
+            if write_id in self.preempted:
+                freed += self._free_preempted(write_id)
         return freed
+
+    def drop_client_writes(self, client_id: str) -> int:
+        """``client_id`` expired: its preempted writes can no longer be copying.
+        O(preempted writes). Returns replicas freed."""
+        mine = [w for w, p in self.preempted.items() if p.client_id == client_id]
+        return sum(self._free_preempted(w) for w in mine)
+
+    def preempted_count(self) -> int:
+        """Replicas held for preempted writes."""
+        return sum(len(p.replicas) for p in self.preempted.values())
 
     # -- segments --------------------------------------------------------------------------
 
     def unmount(self, segment_id: str) -> None:
         """Withdraw a segment: its replicas vanish, objects left with none are erased."""
         self.segments.unmount(segment_id)
-        # Buffers waiting for release die with their segment; a remount of the same id starts
-        # from an empty allocator that must not receive their frees.
-        kept = [b for b in self.discarded if b.segment_id != segment_id]
-        if len(kept) != len(self.discarded):
-            heapq.heapify(kept)
-            self.discarded = kept
+        # Buffers waiting for readers or writers die with their segment; a remount of the same
+        # id starts from an empty allocator that must not receive their frees.
+        self.reads.drop_segment(segment_id)
+        for preempted in self.preempted.values():
+            preempted.replicas = [r for r in preempted.replicas if r.segment_id != segment_id]
+        for write_id in [w for w, p in self.preempted.items() if not p.replicas]:
+            del self.preempted[write_id]
         for object_id in self.objects.objects_on_segment(segment_id):
             meta = self.objects.get(object_id)
             if meta is None:
                 continue
             lost = [r for r in meta.replicas if r.segment_id == segment_id]
+            self.reads.forget_replicas(lost)
             self.objects.drop_replicas(meta, lost)
             if not meta.replicas:
                 self.erase(object_id)
@@ -256,10 +313,16 @@ class StoreState:
             elif meta.is_readable() and not meta.hard_pinned:
                 raise AssertionError(f"readable {meta.object_id!r} is not an eviction candidate")
         self.policy.check(candidates)
-        discarded: dict[str, int] = {}
-        for buffer in self.discarded:
-            discarded[buffer.segment_id] = discarded.get(buffer.segment_id, 0) + 1
+        self.reads.check()
+        for object_id in self.reads.checked_objects():
+            if self.objects.get(object_id) is None:
+                raise AssertionError(f"existence hold on gone object {object_id!r}")
+        held: dict[str, int] = {}
+        for preempted in self.preempted.values():
+            for replica in preempted.replicas:
+                held[replica.segment_id] = held.get(replica.segment_id, 0) + 1
         for mounted in self.segments.all_segments():
             sid = mounted.info.id
-            if mounted.allocator.allocation_count != live.get(sid, 0) + discarded.get(sid, 0):
+            expected = live.get(sid, 0) + held.get(sid, 0) + self.reads.retired_on(sid)
+            if mounted.allocator.allocation_count != expected:
                 raise AssertionError(f"segment {sid}: allocations leak or double-free")

@@ -7,6 +7,10 @@ token's identity) and unknown method names (status 2), and turns the pipeline's 
 status bytes: unauthenticated 3, undecodable 1, permission denied 4. A frame whose header is
 unacceptable closes the connection.
 
+A one-way frame (call id ``ONE_WAY_CALL_ID``) runs through the pipeline exactly as any other
+call, in its place among the connection's frames, and gets no response at all: its answer,
+refusal or error is dropped (a non-OK status is logged at debug level).
+
 Calls run synchronously on the event loop, in order per connection, as the gRPC ones do.
 """
 
@@ -18,6 +22,7 @@ from collections.abc import Mapping
 
 from mooncake_py._wire.frames import (
     AUTHENTICATE,
+    ONE_WAY_CALL_ID,
     STATUS_OK,
     STATUS_PERMISSION_DENIED,
     STATUS_UNAUTHENTICATED,
@@ -83,22 +88,32 @@ class _ChannelProtocol(asyncio.Protocol):
             if frame is None:
                 break
             start, call_id, name, payload = frame
-            transport.write(self._answer(call_id, name, payload))
+            status, body = self._answer(name, payload)
+            if call_id == ONE_WAY_CALL_ID:
+                if status != STATUS_OK:
+                    log.debug(
+                        "one-way %s refused (status %d): %s",
+                        name.decode("utf-8", "replace"),
+                        status,
+                        body.decode("utf-8", "replace"),
+                    )
+                continue
+            transport.write(response_frame(call_id, status, body))
         if start:
             del buffer[:start]
 
-    def _answer(self, call_id: int, name: bytes, payload: bytes) -> bytes:
+    def _answer(self, name: bytes, payload: bytes) -> tuple[int, bytes]:
+        """Run one frame: ``(status, response message or error text)``."""
         bound = self._calls.get(name)
         if bound is not None:
             rejection, body = self._pipeline.call(bound, payload, self._tenant)
-            status = STATUS_OK if rejection is None else _STATUS_OF[rejection]
-            return response_frame(call_id, status, body)
+            return (STATUS_OK if rejection is None else _STATUS_OF[rejection]), body
         if name == AUTHENTICATE:
             self._tenant = self._pipeline.authenticate(payload.decode("utf-8", "replace"))
             if self._tenant is None:
-                return response_frame(call_id, STATUS_UNAUTHENTICATED, _BAD_TOKEN_TEXT)
-            return response_frame(call_id, STATUS_OK, b"")
-        return response_frame(call_id, STATUS_UNKNOWN_METHOD, b"unknown method " + name)
+                return STATUS_UNAUTHENTICATED, _BAD_TOKEN_TEXT
+            return STATUS_OK, b""
+        return STATUS_UNKNOWN_METHOD, b"unknown method " + name
 
 
 class StreamChannel:

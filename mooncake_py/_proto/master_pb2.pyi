@@ -93,24 +93,28 @@ class CountResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class KeyRequest(_message.Message):
-    __slots__ = ("client_id", "key", "tenant_id")
+    __slots__ = ("client_id", "key", "tenant_id", "write_id")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    WRITE_ID_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     key: str
     tenant_id: str
-    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+    write_id: int
+    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., tenant_id: _Optional[str] = ..., write_id: _Optional[int] = ...) -> None: ...
 
 class BatchKeysRequest(_message.Message):
-    __slots__ = ("client_id", "keys", "tenant_id")
+    __slots__ = ("client_id", "keys", "tenant_id", "write_ids")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    WRITE_IDS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     keys: _containers.RepeatedScalarFieldContainer[str]
     tenant_id: str
-    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+    write_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ..., write_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MountSegmentRequest(_message.Message):
     __slots__ = ("client_id", "segment")
@@ -181,12 +185,14 @@ class PutStartRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., value_length: _Optional[int] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class PutStartResponse(_message.Message):
-    __slots__ = ("code", "replicas")
+    __slots__ = ("code", "replicas", "write_id")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_ID_FIELD_NUMBER: _ClassVar[int]
     code: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaDescriptor]
-    def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ...) -> None: ...
+    write_id: int
+    def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ..., write_id: _Optional[int] = ...) -> None: ...
 
 class BatchPutStartRequest(_message.Message):
     __slots__ = ("client_id", "keys", "value_lengths", "config", "tenant_id")
@@ -209,16 +215,40 @@ class BatchPutStartResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[PutStartResponse, _Mapping]]] = ...) -> None: ...
 
 class GetReplicaListResponse(_message.Message):
-    __slots__ = ("code", "replicas", "lease_ttl_ms", "size")
+    __slots__ = ("code", "replicas", "lease_ttl_ms", "size", "read_id")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
+    READ_ID_FIELD_NUMBER: _ClassVar[int]
     code: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaDescriptor]
     lease_ttl_ms: int
     size: int
-    def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ..., lease_ttl_ms: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+    read_id: int
+    def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ..., lease_ttl_ms: _Optional[int] = ..., size: _Optional[int] = ..., read_id: _Optional[int] = ...) -> None: ...
+
+class EndReadsRequest(_message.Message):
+    __slots__ = ("client_id", "read_ids")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    READ_IDS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    read_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, client_id: _Optional[str] = ..., read_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BatchProbeKeyRequest(_message.Message):
+    __slots__ = ("client_id", "keys", "tenant_id", "lease_mode", "candidate_size")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MODE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    tenant_id: str
+    lease_mode: int
+    candidate_size: int
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ..., lease_mode: _Optional[int] = ..., candidate_size: _Optional[int] = ...) -> None: ...
 
 class BatchGetReplicaListResponse(_message.Message):
     __slots__ = ("results",)

@@ -199,6 +199,21 @@ class MasterServiceStub:
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchKeysRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchExistKeyResponse.FromString,
                 _registered_method=True)
+        self.ProbeKey = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/ProbeKey',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.KeyRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.ExistKeyResponse.FromString,
+                _registered_method=True)
+        self.BatchProbeKey = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/BatchProbeKey',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchProbeKeyRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchExistKeyResponse.FromString,
+                _registered_method=True)
+        self.EndReads = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/EndReads',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.EndReadsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+                _registered_method=True)
         self.GetStats = channel.unary_unary(
                 '/mooncake_py.v1.MasterService/GetStats',
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.StatsRequest.SerializeToString,
@@ -441,6 +456,27 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProbeKey(self, request, context):
+        """Lease-free existence checks (upstream's ProbeKey / BatchProbeKey).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchProbeKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndReads(self, request, context):
+        """The reader's copies are done: end these read leases. Per id OK, or LEASE_EXPIRED when the
+        bytes may have changed under a copy that outlived its lease. May be sent one-way.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStats(self, request, context):
         """Introspection for operators.
         """
@@ -646,6 +682,21 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.BatchExistKey,
                     request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchKeysRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchExistKeyResponse.SerializeToString,
+            ),
+            'ProbeKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProbeKey,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.KeyRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.ExistKeyResponse.SerializeToString,
+            ),
+            'BatchProbeKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchProbeKey,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchProbeKeyRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchExistKeyResponse.SerializeToString,
+            ),
+            'EndReads': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndReads,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.EndReadsRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.SerializeToString,
             ),
             'GetStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStats,
@@ -1569,6 +1620,87 @@ class MasterService:
             '/mooncake_py.v1.MasterService/BatchExistKey',
             mooncake__py_dot___proto_dot_master__pb2.BatchKeysRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.BatchExistKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProbeKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/ProbeKey',
+            mooncake__py_dot___proto_dot_master__pb2.KeyRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.ExistKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchProbeKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/BatchProbeKey',
+            mooncake__py_dot___proto_dot_master__pb2.BatchProbeKeyRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchExistKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndReads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/EndReads',
+            mooncake__py_dot___proto_dot_master__pb2.EndReadsRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

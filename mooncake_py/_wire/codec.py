@@ -219,13 +219,17 @@ def decode_count(message: pb.CountResponse) -> int:
 def encode_put_start(result: PutStartResult) -> pb.PutStartResponse:
     """One key's :class:`PutStartResult` to protobuf."""
     return pb.PutStartResponse(
-        code=int(result.code), replicas=[encode_replica(r) for r in result.replicas]
+        code=int(result.code),
+        replicas=[encode_replica(r) for r in result.replicas],
+        write_id=result.write_id,
     )
 
 
 def decode_put_start(message: pb.PutStartResponse) -> PutStartResult:
     """A PutStartResponse to :class:`PutStartResult`."""
-    return PutStartResult(message.code, tuple(decode_replica(r) for r in message.replicas))
+    return PutStartResult(
+        message.code, tuple(decode_replica(r) for r in message.replicas), message.write_id
+    )
 
 
 def encode_put_starts(results: Iterable[PutStartResult]) -> pb.BatchPutStartResponse:
@@ -245,6 +249,7 @@ def encode_replica_list(result: ReplicaListResult) -> pb.GetReplicaListResponse:
         replicas=[encode_replica(r) for r in result.replicas],
         lease_ttl_ms=result.lease_ttl_ms,
         size=result.size,
+        read_id=result.read_id,
     )
 
 
@@ -255,6 +260,7 @@ def decode_replica_list(message: pb.GetReplicaListResponse) -> ReplicaListResult
         tuple(decode_replica(r) for r in message.replicas),
         message.lease_ttl_ms,
         message.size,
+        message.read_id,
     )
 
 

@@ -18,6 +18,13 @@ When the master requires tokens, a connection's first frame must be ``Authentica
 with the token as its payload; the connection then acts for that token's tenant, and every
 call before it is answered with status 3.
 
+A request with call id ``ONE_WAY_CALL_ID`` (0xFFFFFFFF) is *one-way*: the master runs it like
+any other call, in order with the connection's other frames, but writes no response, not even
+for a refusal or an error (it logs those at debug level). Clients use it for calls whose answer
+they do not need (``EndReads`` of a copy that finished within its lease), so the call costs no
+round trip; because frames of one connection run in order, the next call the client sends on
+the same connection runs after it. Ordinary calls never use that id.
+
 Every function here is pure or touches only the socket it is given; thread-safe.
 """
 
@@ -36,6 +43,8 @@ STATUS_PERMISSION_DENIED = 4
 
 AUTHENTICATE = b"Authenticate"
 AUTHENTICATE_CALL_ID = 0
+ONE_WAY_CALL_ID = 0xFFFFFFFF
+"""The call id of a one-way request: run it, send no response (see the module docstring)."""
 
 # Small answers arrive whole in the first read: one system call per call.
 FIRST_READ_BYTES = 65536
@@ -48,6 +57,11 @@ class FrameError(ValueError):
 def request_frame(call_id: int, name: bytes, payload: bytes) -> bytes:
     """One request frame. O(len(payload))."""
     return HEADER.pack(len(name) + len(payload), call_id, len(name)) + name + payload
+
+
+def one_way_frame(name: bytes, payload: bytes) -> bytes:
+    """One one-way request frame (no response will come). O(len(payload))."""
+    return request_frame(ONE_WAY_CALL_ID, name, payload)
 
 
 def authenticate_frame(token: str) -> bytes:

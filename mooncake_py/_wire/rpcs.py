@@ -332,8 +332,10 @@ CONFIG = Field("config", codec.decode_config, codec.encode_config)
 PUT = Fields("client_id", "tenant_id", "key", "value_length", CONFIG)
 BATCH_PUT = Fields("client_id", "tenant_id", "keys", "value_lengths", CONFIG)
 SESSION_ID = Fields("tenant_id", "session_id")
-CLIENT_KEYS = Fields("client_id", "tenant_id", "keys")
-TENANT_KEYS = Fields("tenant_id", "keys")
+WRITE = Fields("client_id", "tenant_id", "key", "write_id")
+BATCH_WRITE = Fields("client_id", "tenant_id", "keys", "write_ids")
+READER_KEY = Fields("tenant_id", "key", "client_id")
+READER_KEYS = Fields("tenant_id", "keys", "client_id")
 
 _ENTRIES = (
     # Segments and liveness.
@@ -355,10 +357,10 @@ _ENTRIES = (
     # Write path.
     Rpc("PutStart", "service.put_start", PUT, PUT_START),
     Rpc("BatchPutStart", "service.batch_put_start", BATCH_PUT, PUT_STARTS, per_key="keys"),
-    Rpc("PutEnd", "service.put_end", Fields("client_id", "tenant_id", "key"), STATUS),
-    Rpc("BatchPutEnd", "service.batch_put_end", CLIENT_KEYS, CODES, per_key="keys"),
-    Rpc("PutRevoke", "service.put_revoke", Fields("client_id", "tenant_id", "key"), STATUS),
-    Rpc("BatchPutRevoke", "service.batch_put_revoke", CLIENT_KEYS, CODES, per_key="keys"),
+    Rpc("PutEnd", "service.put_end", WRITE, STATUS),
+    Rpc("BatchPutEnd", "service.batch_put_end", BATCH_WRITE, CODES, per_key="keys"),
+    Rpc("PutRevoke", "service.put_revoke", WRITE, STATUS),
+    Rpc("BatchPutRevoke", "service.batch_put_revoke", BATCH_WRITE, CODES, per_key="keys"),
     Rpc("UpsertStart", "service.upsert_start", PUT, PUT_START),
     Rpc("BatchUpsertStart", "service.batch_upsert_start", BATCH_PUT, PUT_STARTS, per_key="keys"),
     # Tagged writes: the untagged targets, with the tags in the config.
@@ -439,16 +441,27 @@ _ENTRIES = (
         RELEASE,
     ),
     # Read and query path.
-    Rpc("GetReplicaList", "service.get_replica_list", Fields("tenant_id", "key"), REPLICAS),
+    Rpc("GetReplicaList", "service.reads.get_replica_list", READER_KEY, REPLICAS),
     Rpc(
         "BatchGetReplicaList",
-        "service.batch_get_replica_list",
-        TENANT_KEYS,
+        "service.reads.batch_get_replica_list",
+        READER_KEYS,
         BATCH_REPLICAS,
         per_key="keys",
     ),
-    Rpc("ExistKey", "service.exist_key", Fields("tenant_id", "key"), EXISTS),
-    Rpc("BatchExistKey", "service.batch_exist_key", TENANT_KEYS, BATCH_EXISTS, per_key="keys"),
+    Rpc("EndReads", "service.reads.end_reads", Fields("client_id", "read_ids"), CODES, "read_ids"),
+    Rpc("ExistKey", "service.reads.exist_key", READER_KEY, EXISTS),
+    Rpc(
+        "BatchExistKey", "service.reads.batch_exist_key", READER_KEYS, BATCH_EXISTS, per_key="keys"
+    ),
+    Rpc("ProbeKey", "service.reads.probe_key", Fields("tenant_id", "key"), EXISTS),
+    Rpc(
+        "BatchProbeKey",
+        "service.reads.batch_probe_key",
+        Fields("tenant_id", "keys", "client_id", "lease_mode", "candidate_size"),
+        BATCH_EXISTS,
+        per_key="keys",
+    ),
     # Introspection.
     Rpc("GetStats", "service.stats", Fields(), STATS),
     Rpc("ListSegments", "service.segment_usage", Fields(), SEGMENT_USAGE),

@@ -15,7 +15,11 @@ life cycle of a conversation (attach hits, pin while live, compact, close or rel
     connector.pin("conv-1")
     connector.save([Page(h, ptr, size) for ...], session_id="conv-1")
 
-:class:`AsyncKVConnector` offers the same over :class:`~mooncake_py.AsyncMooncakeStore`.
+:class:`AsyncKVConnector` offers the same over :class:`~mooncake_py.AsyncClient`.
+
+The connector probes without leases and leases only what it loads: lookups and the probe
+before a save are ``batch_probe_key`` calls, which hold nothing on the master, and loads are
+reads, whose leases end as soon as their copies are done.
 """
 
 from mooncake_py.connector.aio import AsyncKVConnector

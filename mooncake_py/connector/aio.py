@@ -35,7 +35,7 @@ async def perform_async(store: AsyncKvStore, call: StoreCall) -> object:
     """Make one store call; returns the store's typed answer (exceptions propagate)."""
     match call:
         case Probe(keys):
-            return await store.batch_is_exist(keys)
+            return await store.batch_probe_key(keys)
         case ReadInto(keys, ptrs, sizes):
             return await store.batch_get_into(keys, ptrs, sizes)
         case WriteFrom(keys, ptrs, sizes, config):

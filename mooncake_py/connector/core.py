@@ -39,7 +39,7 @@ DEFAULT_BATCH_PAGES = 256
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """``batch_is_exist(keys)``, answered with a ``BatchResult[bool]``."""
+    """``batch_probe_key(keys)`` (holds nothing), answered with a ``BatchResult[bool]``."""
 
     keys: list[str]
 
@@ -176,10 +176,11 @@ class ConnectorCore:
         self.batch_pages = batch_pages
 
     def lookup(self, page_hashes: Sequence[str]) -> Steps[int]:
-        """Length of the longest stored prefix of ``page_hashes``, in one ``batch_is_exist``.
+        """Length of the longest stored prefix of ``page_hashes``, in one ``batch_probe_key``.
 
-        The probe grants the found pages a read lease and refreshes their recency, so a load
-        that follows soon finds them still there.
+        The probe holds nothing (the connector probes without leases and leases only what it
+        loads): a page found now may be evicted before a later load, which then reports the
+        shorter prefix and the engine recomputes the rest.
         """
         if not page_hashes:
             return 0

@@ -4,7 +4,7 @@ Nothing here talks to a store: :mod:`mooncake_py.connector.core` asks the store 
 answers to these functions, so the synchronous and the asyncio connector decide alike and the
 rules can be tested without a master.
 
-Results read here are the typed :class:`~mooncake_py.Client`'s: ``batch_is_exist`` gives a
+Results read here are the typed :class:`~mooncake_py.Client`'s: ``batch_probe_key`` gives a
 found flag per key (False also for a key whose probe failed), ``batch_get_into`` a code and the
 bytes read per key, ``batch_put_from`` a code per key (0 also for a put of an existing key:
 first writer wins).
@@ -100,7 +100,7 @@ def leading(items: Sequence[T], ok: Callable[[T], bool]) -> int:
 
 
 def stored_prefix(found: Sequence[bool]) -> int:
-    """Pages of the longest stored prefix, from ``batch_is_exist``'s found flags.
+    """Pages of the longest stored prefix, from ``batch_probe_key``'s found flags.
 
     A failed probe counts as a miss, like absence: the engine recomputes from there.
     """

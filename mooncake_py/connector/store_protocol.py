@@ -2,7 +2,9 @@
 (:class:`KvStore`) or of :class:`~mooncake_py.AsyncClient` (:class:`AsyncKvStore`).
 
 The connector depends on these protocols, not on the client classes, so any object with the
-same typed methods (a wrapper adding tracing, a test double of a remote store) serves.
+same typed methods (a wrapper adding tracing, a test double of a remote store) serves. Its
+existence checks are ``batch_probe_key`` (lease-free) calls; only its loads
+(``batch_get_into``) lease, for the length of their copies.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from mooncake_py.types import ReleaseResult, ReplicateConfig
 class KvStore(Protocol):
     """The synchronous store calls the connector makes."""
 
-    def batch_is_exist(self, keys: Sequence[str]) -> BatchResult[bool]: ...
+    def batch_probe_key(self, keys: Sequence[str]) -> BatchResult[bool]: ...
 
     def batch_get_into(
         self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]
@@ -47,7 +49,7 @@ class KvStore(Protocol):
 class AsyncKvStore(Protocol):
     """The asyncio store calls the connector makes (the same, as coroutines)."""
 
-    async def batch_is_exist(self, keys: Sequence[str]) -> BatchResult[bool]: ...
+    async def batch_probe_key(self, keys: Sequence[str]) -> BatchResult[bool]: ...
 
     async def batch_get_into(
         self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]

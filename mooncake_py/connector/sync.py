@@ -31,7 +31,7 @@ def perform(store: KvStore, call: StoreCall) -> object:
     """Make one store call; returns the store's typed answer (exceptions propagate)."""
     match call:
         case Probe(keys):
-            return store.batch_is_exist(keys)
+            return store.batch_probe_key(keys)
         case ReadInto(keys, ptrs, sizes):
             return store.batch_get_into(keys, ptrs, sizes)
         case WriteFrom(keys, ptrs, sizes, config):
@@ -83,8 +83,9 @@ class KVConnector(ConnectorBase[KvStore]):
     """
 
     def lookup(self, page_hashes: Sequence[str]) -> int:
-        """The number of leading pages stored (one ``batch_is_exist``; misses and errors end
-        the prefix). Found pages get a read lease and become most recently used."""
+        """The number of leading pages stored (one ``batch_probe_key``; misses and errors end
+        the prefix). The probe holds nothing: a page may still be evicted before it is loaded,
+        and :meth:`load` then reports the shorter prefix."""
         return run_steps(self.store, self.core.lookup(page_hashes))
 
     def load(

@@ -33,7 +33,7 @@ TOKENS = {"token-a": "tenant-a", "token-b": "tenant-b"}
 def auth_master(tmp_path: Path) -> Iterator[InProcessMaster]:
     path = tmp_path / "tokens.json"
     path.write_text(json.dumps(TOKENS))
-    with InProcessMaster(auth_tokens_file=str(path), default_kv_lease_ttl=0) as master:
+    with InProcessMaster(auth_tokens_file=str(path)) as master:
         yield master
         master.service.check()
 
@@ -112,9 +112,13 @@ def test_missing_bad_and_foreign_tokens_are_refused(
     if use_stream:
         assert client.connect_stream()
     with pytest.raises(PermissionDeniedError, match="PERMISSION_DENIED"):
-        client.exist_key("tenant-b", "same-key")
-    assert client.exist_key("tenant-a", "nothing") == 0
-    assert client.exist_key("", "nothing") == 0  # no tenant named: the token's applies
+        client.exist_key("tenant-b", "same-key", "auth-test")
+    with pytest.raises(PermissionDeniedError, match="PERMISSION_DENIED"):
+        client.batch_probe_key("tenant-b", ["same-key"], "auth-test")
+    assert client.exist_key("tenant-a", "nothing", "auth-test") == 0
+    assert client.probe_key("", "nothing") == 0  # no tenant named: the token's applies
+    # EndReads names no tenant: a token passes it, and ids unknown to the master expire.
+    assert client.end_reads("auth-test", [12345]) == [ErrorCode.LEASE_EXPIRED]
     client.close()
     # The store reports refusals as codes or exceptions, never as another tenant's data.
     assert (
@@ -162,7 +166,7 @@ def test_stream_calls_before_authenticate_are_refused(auth_master: InProcessMast
     with pytest.raises(ChannelError, match="undecodable") as caught:
         tenant_a.call(b"ExistKey", b"\x12\x03\xff\xfe\xfd")
     assert caught.value.status == STATUS_UNDECODABLE
-    foreign = RPCS["ExistKey"].args.encode("tenant-b", "k").SerializeToString()
+    foreign = RPCS["ExistKey"].args.encode("tenant-b", "k", "").SerializeToString()
     with pytest.raises(ChannelError, match="another tenant") as caught:
         tenant_a.call(b"ExistKey", foreign)
     assert caught.value.status == STATUS_PERMISSION_DENIED
@@ -183,9 +187,9 @@ def test_the_pipeline_refuses_in_order_and_counts_only_what_ran() -> None:
     assert pipeline.call(exist, garbage, None)[0] is Rejection.UNAUTHENTICATED
     rejection, text = pipeline.call(exist, garbage, "tenant-a")
     assert rejection is Rejection.UNDECODABLE and text.startswith(b"undecodable request: ")
-    foreign = RPCS["ExistKey"].args.encode("tenant-b", "k").SerializeToString()
+    foreign = RPCS["ExistKey"].args.encode("tenant-b", "k", "").SerializeToString()
     assert pipeline.call(exist, foreign, "tenant-a")[0] is Rejection.PERMISSION_DENIED
-    unnamed = RPCS["ExistKey"].args.encode("", "k").SerializeToString()
+    unnamed = RPCS["ExistKey"].args.encode("", "k", "").SerializeToString()
     rejection, answer = pipeline.call(exist, unnamed, "tenant-a")
     assert (
         rejection is None

@@ -137,7 +137,7 @@ def test_a_failing_call_is_answered_internal_error_and_counted(
         raise RuntimeError("broken target")
 
     service = MasterService(MasterConfig())
-    monkeypatch.setattr(service, "exist_key", broken)
+    monkeypatch.setattr(service.reads, "exist_key", broken)
     monkeypatch.setattr(service.sessions, "attach_kv_session", broken)
     counters = RpcCounters()
     pipeline = CallPipeline(service, None, counters)  # binds the broken targets
@@ -150,11 +150,11 @@ def test_a_failing_call_is_answered_internal_error_and_counted(
         return rpc.result.decode(rpc.response_type.FromString(body))
 
     internal = int(ErrorCode.INTERNAL_ERROR)
-    assert run("ExistKey", "t", "k") == internal
+    assert run("ExistKey", "t", "k", "c") == internal
     assert run("AttachKvSession", "t", "s", ["a", "b", "c"]) == [internal] * 3
     assert "ExistKey failed" in caplog.text and "broken target" in caplog.text
     # The pipeline keeps serving, and counts answers that carry a non-zero code as failed.
-    assert run("BatchExistKey", "t", ["k"]) == [0]
+    assert run("BatchExistKey", "t", ["k"], "c") == [0]
     assert run("Remove", "t", "k", False) == ErrorCode.OBJECT_NOT_FOUND
     assert run("GetStats")["objects"] == 0
     assert counters.requests == {

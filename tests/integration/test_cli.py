@@ -2,8 +2,7 @@
 
 The store is populated through a :class:`MooncakeDistributedStore` in this process. Each test
 works in its own tenant (the master runs with ``--enable_multi_tenants``), so listings only
-show what the test created. The master runs without read leases so that reads made by the
-tests do not keep objects from being released.
+show what the test created.
 
 Most commands run through the CLI's ``main(argv)`` in this process, with its own stdin,
 stdout, stderr and environment (:func:`run_cli`); what only a real process shows (exit
@@ -35,7 +34,7 @@ from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.testing import InProcessMaster, MasterProcess
 
-MASTER_FLAGS = ["--metrics_port", "-1", "--default_kv_lease_ttl", "0"]
+MASTER_FLAGS = ["--metrics_port", "-1"]
 _CLI_ENV_VARS = ("MOONCAKE_MASTER", "MOONCAKE_AUTH_TOKEN", "MOONCAKE_TENANT_ID")
 _CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in _CLI_ENV_VARS}
 
@@ -272,9 +271,7 @@ def test_close_release_all_and_kv_cache(store: MooncakeDistributedStore, cli: Cl
 def test_release_stale_dry_run_changes_nothing(tenant: str) -> None:
     # Idle times come from the master's clock: advancing it ages the first sessions at once.
     clock = FakeClock()
-    with InProcessMaster(
-        clock=clock, background=False, enable_multi_tenants=True, default_kv_lease_ttl=0
-    ) as clocked:
+    with InProcessMaster(clock=clock, background=False, enable_multi_tenants=True) as clocked:
         store = _store_of(clocked.address, tenant)
         cli = Cli(clocked.address, tenant)
         try:
@@ -402,9 +399,7 @@ def test_error_exit_codes(cli: Cli) -> None:
 def test_tokens(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"token-a": "tenant-a", "token-b": "tenant-b"}))
-    with InProcessMaster(
-        metrics_port=-1, default_kv_lease_ttl=0, auth_tokens_file=str(tokens)
-    ) as secured:
+    with InProcessMaster(metrics_port=-1, auth_tokens_file=str(tokens)) as secured:
         store = MooncakeDistributedStore()
         config = {
             "master_server_address": secured.address,

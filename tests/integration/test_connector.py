@@ -161,7 +161,11 @@ def test_prefix_lookup_and_partial_hits(
     assert saved.bytes_written == 8 * PAGE and not saved.backpressure
     # The other rank sees the whole prefix and reads it intact (keys are shared across ranks).
     assert rank1.call("connector", "lookup", first) == 8
+    # The connector probes without leases and leases only what it loads, until it is loaded.
+    assert master.service.stats()["existence_holds"] == 0
+    assert not any(master.service.is_leased("default", KEYS.key(h)) for h in first)
     assert rank1.call("load", first, None) == (8, True)
+    master.wait_for_leases_to_end([KEYS.key(h) for h in first], timeout_s=5.0)
     # A conversation sharing only the system prompt: a partial hit, then only the rest written.
     second = system + chain(3, 3, system[-1])
     assert rank1.call("connector", "lookup", second) == 4
@@ -181,7 +185,7 @@ def test_prefix_lookup_and_partial_hits(
 
 def test_backpressure_on_a_full_store() -> None:
     # Pinned sessions may not be evicted here, so a store full of them must push back.
-    with InProcessMaster(allow_evict_soft_pinned_objects=False, default_kv_lease_ttl=50) as master:
+    with InProcessMaster(allow_evict_soft_pinned_objects=False) as master:
         holder, writer = start_engines(master.address, 2 * MIB, batch_pages=2)
         try:
             pinned = chain(10, 64)  # exactly the store: 2 ranks x 2 MiB / 64 KiB
@@ -198,9 +202,9 @@ def test_backpressure_on_a_full_store() -> None:
             assert writer.call("connector", "lookup", pinned) == 64
             assert writer.call("connector", "lookup", extra) == 0
             assert master.service.stats()["evicted_soft_pinned"] == 0
-            # Once the session is ended (and the probe's leases ran out), its pages are
-            # ordinary cache again and saves succeed.
-            master.wait_for_leases_to_end(KEYS.key(h) for h in pinned)
+            # The lookups held nothing; once the session is ended, its pages are ordinary
+            # cache again and saves succeed.
+            assert not any(master.service.is_leased("default", KEYS.key(h)) for h in pinned)
             assert holder.call("connector", "end", "hold") is None
             again = writer.call("save", extra, None)
             assert (again.written, again.backpressure) == (7, False)
@@ -210,7 +214,7 @@ def test_backpressure_on_a_full_store() -> None:
 
 
 def test_session_lifecycle_across_ranks() -> None:
-    with InProcessMaster(default_kv_lease_ttl=50) as master:
+    with InProcessMaster() as master:
         rank0, rank1 = start_engines(master.address, 4 * MIB)  # 128 pages in all
         try:
             system = chain(20, 4)
@@ -242,18 +246,25 @@ def test_session_lifecycle_across_ranks() -> None:
             assert rank0.call("connector", "compact", "c1", system) is True
             info = rank0.call("store", "get_kv_session", "c1")
             assert (info.member_count, info.pinned) == (4, True)
-            assert rank0.call("connector", "unpin", "c1") is True
-            assert rank0.call("store", "get_kv_session", "c1").pinned is False
             # A fresh conversation sharing the prompt, then abandoned: release frees what only
-            # it holds and keeps the shared prompt (conversation 1 still holds it).
+            # it holds and keeps the shared prompt (conversation 1 still holds it). The store is
+            # full: the save evicts, and only conversation 1's pin keeps the prompt (lookups and
+            # the save's probe hold nothing).
             conv3 = system + chain(24, 3, system[-1])
             assert rank0.call("connector", "attach", "c3", system) == 4
-            assert rank0.call("save", conv3, "c3").written == 3
+            saved = rank0.call("save", conv3, "c3")
+            assert (saved.present, saved.written, saved.attached) == (4, 3, 4)
             released = rank1.call("connector", "end", "c3", True)
             assert (released.sessions, released.released_objects) == (1, 3)
             assert released.kept_shared == 4
             assert released.freed_bytes + released.pending_bytes == 3 * PAGE
             assert rank1.call("connector", "lookup", conv3) == 4
+            # Drop the cold pages: below the eviction watermark, nothing evicts the unpinned
+            # prompt before the last lookup (lookups do not refresh recency).
+            cold = [KEYS.key(h) for seed in range(30, 34) for h in chain(seed, 40)]
+            rank0.call("store", "batch_remove", cold, True)
+            assert rank0.call("connector", "unpin", "c1") is True
+            assert rank0.call("store", "get_kv_session", "c1").pinned is False
             # Ending conversation 1 closes its session; its data stays cached for reuse.
             assert rank1.call("connector", "end", "c1") is None
             with pytest.raises(RuntimeError, match="SESSION_NOT_FOUND"):
@@ -267,7 +278,7 @@ def test_session_lifecycle_across_ranks() -> None:
 
 
 async def test_async_connector_matches_the_sync_one(make_store) -> None:  # type: ignore[no-untyped-def]
-    master = InProcessMaster(default_kv_lease_ttl=50).start()
+    master = InProcessMaster().start()  # 10 s leases: only their ends free the pages soon
     store = make_store(master.address, 8 * MIB)
     buffer = np.zeros(8 * PAGE, dtype=np.uint8)
     base = int(buffer.ctypes.data)
@@ -291,8 +302,9 @@ async def test_async_connector_matches_the_sync_one(make_store) -> None:  # type
         assert await connector.compact("a1", hashes[:2]) is True
         assert store.get_kv_session("a1").member_count == 2
         assert await connector.unpin("missing") is False
-        # The load's read leases end: release may remove.
-        await asyncio.to_thread(master.wait_for_leases_to_end, [KEYS.key(h) for h in hashes])
+        # The load's read leases end with its copies, long before their TTL.
+        keys = [KEYS.key(h) for h in hashes]
+        await asyncio.to_thread(master.wait_for_leases_to_end, keys, timeout_s=5.0)
         released = await connector.end("a2", release=True)
         assert released is not None and released.kept_shared == 2
         assert await connector.end("a1") is None

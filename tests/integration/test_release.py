@@ -14,8 +14,9 @@ def tagged(*sessions: str, keys: int = 1, **extra) -> ReplicateConfig:  # type: 
 
 @pytest.fixture
 def leaseless_master():  # type: ignore[no-untyped-def]
-    # Without read leases nothing is kept as "leased", so each test controls protection itself.
-    with InProcessMaster(default_kv_lease_ttl=0) as running:
+    # Reads end their leases when their copies are done, and a release never keeps an object
+    # for its readers (they finish on the old bytes), so each test controls protection itself.
+    with InProcessMaster() as running:
         yield running
         running.service.check()
 
@@ -66,7 +67,7 @@ def test_release_stale_all_and_kv_cache(make_store) -> None:  # type: ignore[no-
     from mooncake_py.master.clock import FakeClock
 
     clock = FakeClock()
-    with InProcessMaster(clock=clock, background=False, default_kv_lease_ttl=0) as master:
+    with InProcessMaster(clock=clock, background=False) as master:
         store = make_store(master.address, 16 << 20)
         assert store.put("old", b"o" * 100, tagged("old")) == 0
         assert store.put("old-pinned", b"p" * 100, tagged("old-pinned")) == 0

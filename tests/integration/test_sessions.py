@@ -116,7 +116,7 @@ def test_paging_with_limit_one(master: InProcessMaster, make_store) -> None:  # 
 
 
 def test_pinned_session_survives_pressure_that_evicts_unpinned(make_store) -> None:  # type: ignore[no-untyped-def]
-    with InProcessMaster(default_kv_lease_ttl=200) as master:
+    with InProcessMaster() as master:
         store = make_store(master.address, 16 * MIB)
         assert store.put_batch(["live-0", "live-1"], [b"L" * MIB] * 2, tagged("live", keys=2)) == 0
         assert store.pin_kv_session("live") == 0
@@ -125,9 +125,11 @@ def test_pinned_session_survives_pressure_that_evicts_unpinned(make_store) -> No
         assert store.get("live-0") == b"L" * MIB and store.get("live-1") == b"L" * MIB
         assert store.get("cold-0") == b""
         assert master.service.stats()["evicted_soft_pinned"] == 0
-        # Unpinned (and once the reads' leases end), they are ordinary cache again.
+        # Unpinned, they are ordinary cache again: the gets ended their leases (long before
+        # the 10 s TTL), and this thread's next call runs after those ends.
         assert store.unpin_kv_session("live") == 0
-        master.wait_for_leases_to_end(["live-0", "live-1"])
+        assert not master.service.is_leased("default", "live-0")
+        assert not master.service.is_leased("default", "live-1")
         for i in range(40, 80):
             assert store.put(f"cold-{i}", bytes([i]) * MIB) == 0
         assert store.get("live-0") == b""

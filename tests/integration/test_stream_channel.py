@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
 import pytest
 
 from mooncake_py import ErrorCode, MooncakeDistributedStore
-from mooncake_py._wire.frames import HEADER, STATUS_UNDECODABLE, STATUS_UNKNOWN_METHOD
+from mooncake_py._wire.frames import (
+    HEADER,
+    ONE_WAY_CALL_ID,
+    STATUS_UNDECODABLE,
+    STATUS_UNKNOWN_METHOD,
+    one_way_frame,
+    read_response,
+    request_frame,
+)
+from mooncake_py._wire.rpcs import RPCS
 from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.client.stream_client import ChannelClient, ChannelError
-from mooncake_py.testing import InProcessMaster
+from mooncake_py.testing import InProcessMaster, wait_until
 
 
 def _fast_port(master: InProcessMaster) -> int:
@@ -64,13 +75,97 @@ def test_calls_fall_back_to_grpc_when_the_stream_breaks(master: InProcessMaster)
     # Break every pooled connection under the client's feet.
     stream = client._stream  # noqa: SLF001
     assert stream is not None
-    client.exist_key("default", "warm-up")
+    client.probe_key("default", "warm-up")
     for sock in stream._idle:  # noqa: SLF001
         sock.shutdown(socket.SHUT_RDWR)
     with pytest.raises(Exception, match="RPC_FAIL"):
-        client.exist_key("default", "k")
+        client.probe_key("default", "k")
     assert not client.stream_connected
-    assert client.exist_key("default", "k") == 0  # over gRPC now
+    assert client.probe_key("default", "k") == 0  # over gRPC now
     assert client.connect_stream()
-    assert client.exist_key("default", "k") == 0
+    assert client.probe_key("default", "k") == 0
     client.close()
+
+
+def test_one_way_frames_run_in_order_and_get_no_response(master: InProcessMaster) -> None:
+    store = MooncakeDistributedStore()
+    config = {"master_server_address": master.address, "global_segment_size": 8 << 20}
+    assert store.setup(config) == 0
+    assert store.put("k", b"v") == 0
+    client = store.client
+    assert client is not None
+    core = client._core  # noqa: SLF001 - the test drives a read's lease by hand
+    assert core is not None
+    (located,) = core.locate(["k"])
+    assert located.code == 0 and located.read_id > 0
+    assert master.service.is_leased("default", "k")
+
+    raw = socket.create_connection(("127.0.0.1", _fast_port(master)))
+    raw.settimeout(5)
+    end = RPCS["EndReads"].args.encode(core.client_id, [located.read_id]).SerializeToString()
+    remove = RPCS["Remove"].args.encode("default", "k", False).SerializeToString()
+    # Refused and unknown one-way frames get no answer either; the connection keeps serving.
+    raw.sendall(
+        one_way_frame(b"NoSuchMethod", b"")
+        + one_way_frame(b"ExistKey", b"\x12\x03\xff\xfe\xfd")
+        + one_way_frame(b"EndReads", end)
+        + request_frame(7, b"Remove", remove)
+    )
+    call_id, status, body = read_response(raw)
+    assert (call_id, status) == (7, 0)  # the only answer: the remove's, after the end ran
+    assert RPCS["Remove"].result.decode(RPCS["Remove"].response_type.FromString(body)) == 0
+    raw.close()
+    assert master.service.stats()["read_holds"] == 0
+    store.close()
+
+
+def test_a_one_way_frame_no_call_carries_is_written_within_moments(
+    master: InProcessMaster,
+) -> None:
+    store = MooncakeDistributedStore()
+    config = {"master_server_address": master.address, "global_segment_size": 8 << 20}
+    assert store.setup(config) == 0
+    assert store.put("k", b"v") == 0
+    client = store.client
+    assert client is not None
+    core = client._core  # noqa: SLF001 - the test drives a read's lease by hand
+    assert core is not None
+    (located,) = core.locate(["k"])
+    core.master.end_reads_one_way(core.client_id, [located.read_id])
+    # Nothing else is sent: the background writer delivers it (ONE_WAY_FLUSH_S, 1 ms).
+    wait_until(lambda: not master.service.is_leased("default", "k"), 2.0, what="the end ran")
+    store.close()
+
+
+def test_a_threads_next_call_follows_its_one_way_send(master: InProcessMaster) -> None:
+    channel = ChannelClient("127.0.0.1", _fast_port(master), 5.0)
+    stats = RPCS["GetStats"]
+    payload = stats.args.encode().SerializeToString()
+    channel.call(stats.wire_name, payload)  # one pooled connection
+    end = RPCS["EndReads"].args.encode("nobody", [1]).SerializeToString()
+    channel.send_one_way(b"EndReads", end)
+    used = channel._local.follow  # noqa: SLF001
+    borrowed: list[socket.socket] = []
+    taken = threading.Event()
+
+    def borrow_it_for_a_while() -> None:  # as the heartbeat thread might
+        channel._local.follow = used  # noqa: SLF001  (take exactly that connection)
+        sock, carried = channel._take()  # noqa: SLF001
+        if carried:  # the one-way frame still waited on it (else the flusher wrote it)
+            sock.sendall(carried)
+        borrowed.append(sock)
+        taken.set()
+        time.sleep(0.2)
+        channel._give_back(borrowed[0])  # noqa: SLF001
+
+    other = threading.Thread(target=borrow_it_for_a_while)
+    other.start()
+    taken.wait(5)
+    started = time.monotonic()
+    channel.call(stats.wire_name, payload)  # waits for the connection its send used
+    assert time.monotonic() - started >= 0.15
+    other.join()
+    assert borrowed == [used] and channel._idle == [used]  # noqa: SLF001
+    channel.call(stats.wire_name, payload)  # no one-way before it: any connection, no wait
+    channel.close()
+    assert ONE_WAY_CALL_ID == 0xFFFFFFFF

@@ -1,5 +1,5 @@
 """The typed Client against a real in-process master: values and typed exceptions for single
-keys, per-key results for batches, the asyncio twin, and lease expiry measured on an injected
+keys, per-key results for batches, the asyncio twin, and late reads measured on an injected
 clock."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from mooncake_py import (
     ClientConfig,
     ErrorCode,
     InvalidParamsError,
-    LeaseExpiredError,
     MooncakeDistributedStore,
     MooncakeError,
     NotFoundError,
@@ -57,9 +56,11 @@ def test_single_keys_return_values_and_raise_typed_errors(master: InProcessMaste
         with pytest.raises(InvalidParamsError):
             client.put("", b"x")
         with pytest.raises(BusyError) as leased:
-            client.remove("a")  # the get above holds a read lease
+            client.remove("a")  # is_exist's existence hold lasts until this client reads "a"
         assert leased.value.code == ErrorCode.OBJECT_HAS_LEASE
-        client.remove("a", force=True)
+        assert client.get("a") == b"alpha"  # takes the hold over; its end gives it back
+        client.remove("a")
+        assert client.probe_key("a") is False
         with pytest.raises(NotFoundError):
             client.remove("a")
         with pytest.raises(NotFoundError) as session:
@@ -114,26 +115,25 @@ def _slow_clock(step_s: float) -> Callable[[], float]:
     return lambda: next(ticks) * step_s
 
 
-def test_a_read_that_outlives_its_lease_is_discarded() -> None:
+def test_a_read_that_outlives_its_lease_is_kept_when_the_master_vouches_for_it() -> None:
+    # A copy that outlived its lease is checked with a synchronous EndReads: nothing touched
+    # the bytes here, so it succeeds (tests/integration/test_read_leases.py has the opposite).
     with InProcessMaster(default_kv_lease_ttl=5) as master:  # 5 ms leases
         owner = Client(_config(master.address))
         owner.put("v", b"x" * MIB)
         for force_tcp in (False, True):  # a copy out of the mapped segment, then over TCP
             reader = Client(_config(master.address, 0, force_tcp=force_tcp), clock=_slow_clock(1))
-            with pytest.raises(LeaseExpiredError) as expired:
-                reader.get("v")
-            assert expired.value.code == ErrorCode.LEASE_EXPIRED
+            assert reader.get("v") == b"x" * MIB
             store = MooncakeDistributedStore()
             store.client = reader  # the drop-in face reports the same outcome its own way
-            assert store.get("v") == b""
+            assert store.get("v") == b"x" * MIB
             target = np.zeros(MIB, np.uint8)
             assert store.register_buffer(target.ctypes.data, target.nbytes) == 0
-            assert store.get_into("v", target.ctypes.data, MIB) == ErrorCode.LEASE_EXPIRED
+            assert store.get_into("v", target.ctypes.data, MIB) == MIB
+            assert store.remove("v") == 0 and store.put("v", b"x" * MIB) == 0
             store.close()
-            # The same reads on a clock that does not jump succeed.
-            punctual = Client(_config(master.address, 0, force_tcp=force_tcp))
-            assert punctual.get("v") == b"x" * MIB
-            punctual.close()
+        master.service.check()
+        assert master.service.stats()["read_holds"] == 0
         owner.close()
 
 
@@ -142,6 +142,8 @@ async def test_async_client_mirrors_the_client(master: InProcessMaster) -> None:
         await client.put("a", b"1", ReplicateConfig())
         assert await client.get("a") == b"1"
         assert (await client.batch_is_exist(["a", "b"])).values == [True, False]
+        assert await client.probe_key("a") is True
+        assert (await client.batch_probe_key(["a", "b"])).values == [True, False]
         with pytest.raises(NotFoundError):
             await client.get("b")
         assert client.master_reachable

@@ -11,7 +11,6 @@ The "defects" section holds regression tests for bugs found and fixed.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from collections.abc import Callable, Hashable, Iterable
@@ -86,7 +85,7 @@ def upsert(
 
 def read(service: MasterService, *keys: str) -> None:
     for key in keys:
-        assert service.get_replica_list("", key).code == OK, key
+        assert service.reads.get_replica_list("", key).code == OK, key
 
 
 def present(service: MasterService, keys: Iterable[str]) -> list[str]:
@@ -331,7 +330,7 @@ def test_lru_order_follows_reads_as_well_as_writes() -> None:
     mount(service, "s", 4 * KIB)
     put_many(service, "ABCD", KIB)
     read(service, "A")  # A is now the most recently used
-    assert service.exist_key("", "B") == 1  # so is B, after A
+    assert service.reads.exist_key("", "B") == 1  # so is B, after A
     clock.advance(2)  # leases over
     put(service, "E", KIB)  # full: evicts the least recently used
     assert gone(service, "ABCDE") == ["C"]
@@ -377,8 +376,10 @@ def test_hard_pin_is_never_evicted_even_when_memory_is_full() -> None:
     # Only hard pins left: the store is full and yet there is nothing to pass over.
     assert service.remove("", "x", force=True) == OK
     assert service.remove("", "y", force=True) == OK
+    assert stat(service, "retired_buffers") == 2  # the readers may still be copying
     clock.advance(20)
-    assert service.sweep_expired_puts(clock()) == 2  # the leased bytes, once the leases end
+    service.sweep_expired_puts(clock())  # the reads were never ended: their TTL is over
+    assert stat(service, "retired_buffers") == 0
     put_many(service, ["H3", "H4"], KIB, with_hard_pin=True)
     assert stat(service, "eviction_candidates") == 0
     assert service.evict_once(clock()) is None
@@ -478,7 +479,7 @@ def test_soft_pins_are_never_evicted_when_not_allowed(how: str) -> None:
     read(service, "A")
     if how == "pass":
         work = service.evict_once(clock())
-        assert work is not None and work.evicted == 0 and not work.fallback
+        assert work is not None and work.evicted == 0
     else:  # writes must then fail
         assert service.put_start("w", "", "B", KIB, ReplicateConfig()).code == NO_HANDLE
         assert stat(service, "alloc_failures") == 1
@@ -515,7 +516,7 @@ def test_reads_never_extend_a_soft_pin() -> None:
     for _ in range(4):
         clock.advance(1)
         read(service, "P")
-        assert service.exist_key("", "P") == 1
+        assert service.reads.exist_key("", "P") == 1
         assert service.put_end("w", "", "P") == OK  # a repeated end changes nothing either
         meta = service.object_of("", "P")
         assert meta is not None and meta.soft_pin_deadline == deadline
@@ -600,8 +601,7 @@ def test_a_lease_on_one_member_protects_the_whole_group() -> None:
     put(service, "x", KIB, group_ids=["g"])
     read(service, "x")  # leases x (y is not a member yet)
     put(service, "y", KIB, group_ids=["g"])
-    meta = service.object_of("", "y")
-    assert meta is not None and meta.lease_timeout == T0  # y itself is not leased
+    assert not service.is_leased("", "y")  # y itself is not leased
     put_many(service, "zw", KIB)
     put(service, "v", KIB)  # y is older than z, but its group is leased
     assert gone(service, "xyzwv") == ["z"]
@@ -632,23 +632,23 @@ def test_eviction_takes_every_member_of_a_group_at_once() -> None:
     service.check()
 
 
-def test_a_read_of_one_member_leases_every_member() -> None:
+def test_a_read_of_one_member_keeps_the_whole_group_from_eviction() -> None:
     service, clock = make_service(default_kv_lease_ttl=1000)
-    mount(service, "s", 64 * KIB)
+    mount(service, "s", 4 * KIB)
     put_many(service, ["a", "b", "c"], KIB, group_ids=["g"])
     put(service, "solo", KIB)
     clock.advance(1)
-    read(service, "b")
-    for key in "abc":
-        meta = service.object_of("", key)
-        assert meta is not None and meta.lease_timeout == T0 + 2
-    solo = service.object_of("", "solo")
-    assert solo is not None and solo.lease_timeout == T0
-    assert service.remove("", "a") == ErrorCode.OBJECT_HAS_LEASE
-    assert upsert(service, "c", KIB).code == ErrorCode.OBJECT_REPLICA_BUSY
-    assert service.exist_key("", "solo") == 1
-    clock.advance(1)
-    assert service.remove("", "a") == OK
+    listed = service.reads.get_replica_list("", "b", "r")
+    # Only b's bytes are being copied: the other members may be removed or replaced...
+    assert not service.is_leased("", "a") and not service.is_leased("", "solo")
+    assert upsert(service, "c", KIB).code == OK
+    assert service.put_end("u", "", "c") == OK
+    # ...but eviction takes groups whole, and b is being read.
+    put(service, "d", KIB)
+    assert gone(service, ["a", "b", "c", "solo"]) == ["solo"]
+    assert service.reads.end_reads("r", [listed.read_id]) == [OK]
+    put(service, "e", KIB)
+    assert gone(service, ["a", "b", "c"]) == ["a", "b", "c"]
     service.check()
 
 
@@ -787,7 +787,7 @@ def test_a_pass_over_many_soft_pinned_objects_finishes(allow: bool) -> None:
     service.check()
     assert finished, f"not finished after 100 slices: {work}"
     # The fallback takes the lower bound, oldest first; without it nothing may go.
-    assert work.fallback == allow
+    assert work.fallback
     assert work.evicted == (77 if allow else 0)
 
 
@@ -800,9 +800,9 @@ def test_upsert_of_an_absent_key_creates_it() -> None:
     result = upsert(service, "k", 1000, soft_pin_action=ENABLE, soft_pin_ttl_ms=5000)
     assert result.code == OK and len(result.replicas) == 1
     assert result.replicas[0].status == ReplicaStatus.PROCESSING
-    assert service.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
+    assert service.reads.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
     assert service.put_end("u", "", "k") == OK
-    listed = service.get_replica_list("", "k")
+    listed = service.reads.get_replica_list("", "k")
     assert listed.code == OK and listed.size == 1000
     meta = service.object_of("", "k")
     assert meta is not None and meta.soft_pin_deadline == T0 + 5
@@ -820,13 +820,13 @@ def test_upsert_of_the_same_size_rewrites_in_place() -> None:
     result = upsert(service, "k", 1000)
     assert result.code == OK
     assert result.replicas == original.replicas  # the same descriptors, PROCESSING again
-    assert service.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
-    assert service.exist_key("", "k") == 0
+    assert service.reads.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
+    assert service.reads.exist_key("", "k") == 0
     assert service.remove("", "k", force=True) == ErrorCode.REPLICA_IS_NOT_READY
     assert stat(service, "allocated_bytes") == before
     assert service.put_end("w", "", "k") == ErrorCode.ILLEGAL_CLIENT  # the upserter owns it
     assert service.put_end("u", "", "k") == OK
-    listed = service.get_replica_list("", "k")
+    listed = service.reads.get_replica_list("", "k")
     assert listed.code == OK
     assert [(r.id, r.segment_id, r.offset) for r in listed.replicas] == [
         (r.id, r.segment_id, r.offset) for r in original.replicas
@@ -846,9 +846,9 @@ def test_upsert_of_a_new_size_gets_new_replicas_and_frees_the_old(new_size: int)
     assert result.replicas[0].size == new_size
     assert stat(service, "allocated_bytes") == rounded(new_size)  # the old bytes are free
     assert stat(service, "objects") == 1
-    assert service.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
+    assert service.reads.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
     assert service.put_end("u", "", "k") == OK
-    listed = service.get_replica_list("", "k")
+    listed = service.reads.get_replica_list("", "k")
     assert listed.code == OK and listed.size == new_size
     assert listed.replicas[0].offset == result.replicas[0].offset
     service.check()
@@ -863,24 +863,41 @@ def test_upsert_to_a_new_size_in_a_full_store_evicts_others_not_itself() -> None
     assert gone(service, "ABCD") == ["B", "C"]
     assert stat(service, "evicted_objects") == 2
     assert service.put_end("u", "", "A") == OK
-    assert service.get_replica_list("", "A").size == 2 * KIB
+    assert service.reads.get_replica_list("", "A").size == 2 * KIB
     service.check()
 
 
-def test_upsert_is_busy_while_a_reader_holds_the_object() -> None:
+@pytest.mark.parametrize("new_size", [1000, 2000])
+def test_upsert_under_a_reader_writes_new_replicas_and_keeps_the_old_bytes(new_size: int) -> None:
     service, clock = make_service(default_kv_lease_ttl=1000)
     mount(service, "s", 64 * KIB)
     original = put(service, "k", 1000)
-    read(service, "k")
-    assert upsert(service, "k", 1000).code == ErrorCode.OBJECT_REPLICA_BUSY
-    assert upsert(service, "k", 2000).code == ErrorCode.OBJECT_REPLICA_BUSY
-    listed = service.get_replica_list("", "k")  # unchanged, still readable
-    assert listed.code == OK
-    assert listed.replicas == tuple(
-        dataclasses.replace(r, status=ReplicaStatus.COMPLETE) for r in original.replicas
-    )
-    clock.advance(1)
-    assert upsert(service, "k", 2000).code == OK
+    reading = service.reads.get_replica_list("", "k", "r")
+    result = upsert(service, "k", new_size)
+    assert result.code == OK
+    old_offsets = {r.offset for r in original.replicas}
+    assert not old_offsets & {r.offset for r in result.replicas}  # never over the reader
+    assert stat(service, "retired_buffers") == 1
+    assert service.reads.get_replica_list("", "k", "r2").code == ErrorCode.REPLICA_IS_NOT_READY
+    assert service.put_end("u", "", "k", result.write_id) == OK
+    listed = service.reads.get_replica_list("", "k", "r2")
+    assert listed.size == new_size and listed.replicas[0].offset == result.replicas[0].offset
+    assert service.reads.end_reads("r2", [listed.read_id]) == [OK]
+    # The old bytes come back when their reader is done, not at the TTL.
+    used = stat(service, "allocated_bytes")
+    assert service.reads.end_reads("r", [reading.read_id]) == [OK]
+    assert stat(service, "allocated_bytes") == used - rounded(1000)
+    assert stat(service, "retired_buffers") == 0
+    service.check()
+
+
+def test_upsert_of_an_unread_same_size_object_rewrites_it_in_place() -> None:
+    service, _ = make_service()
+    mount(service, "s", 64 * KIB)
+    original = put(service, "k", 1000)
+    result = upsert(service, "k", 1000)
+    assert result.code == OK and result.replicas[0].offset == original.replicas[0].offset
+    assert service.put_end("u", "", "k", result.write_id) == OK
     service.check()
 
 
@@ -893,17 +910,17 @@ def test_upsert_preempts_an_unfinished_put_at_once() -> None:
     clock.advance(1)  # far younger than the discard timeout
     result = upsert(service, "k", 2000, client="fast")
     assert result.code == OK
-    # The slow writer may still be copying: its buffer waits for the release timeout.
-    assert stat(service, "discarded_buffers") == 1
+    # The slow writer may still be copying: its buffer waits for it to stop.
+    assert stat(service, "preempted_buffers") == 1
     assert stat(service, "allocated_bytes") == rounded(1000) + rounded(2000)
     assert service.put_end("slow", "", "k") == ErrorCode.ILLEGAL_CLIENT
     # An unfinished upsert loses the same way.
     result = upsert(service, "k", 2000, client="faster")
     assert result.code == OK
-    assert stat(service, "discarded_buffers") == 2
+    assert stat(service, "preempted_buffers") == 2
     assert service.put_end("fast", "", "k") == ErrorCode.ILLEGAL_CLIENT
     assert service.put_end("faster", "", "k") == OK
-    assert service.get_replica_list("", "k").size == 2000
+    assert service.reads.get_replica_list("", "k").size == 2000
     assert service.sweep_expired_puts(clock() + 598) == 0
     assert service.sweep_expired_puts(clock() + 600) == 2
     assert stat(service, "allocated_bytes") == rounded(2000)
@@ -921,7 +938,7 @@ def test_upsert_cannot_change_the_group() -> None:
     assert service.upsert_start("u", "", "a", 100, leave).code == ErrorCode.INVALID_PARAMS
     join = ReplicateConfig(group_ids=["g"])
     assert service.upsert_start("u", "", "solo", 100, join).code == ErrorCode.INVALID_PARAMS
-    assert stat(service, "discarded_buffers") == 0
+    assert stat(service, "preempted_buffers") == 0
     assert upsert(service, "a", 200).code == OK  # no group given: keeps its group
     assert service.put_end("u", "", "a") == OK
     assert service.upsert_start("u", "", "a", 100, join).code == OK  # the same group is fine
@@ -994,7 +1011,7 @@ def test_revoking_an_upsert_drops_the_object(new_size: int) -> None:
     assert service.put_revoke("w", "", "k") == ErrorCode.ILLEGAL_CLIENT
     assert service.put_revoke("u", "", "k") == OK
     # The old bytes may already be overwritten: the object is gone, its memory free.
-    assert service.get_replica_list("", "k").code == ErrorCode.OBJECT_NOT_FOUND
+    assert service.reads.get_replica_list("", "k").code == ErrorCode.OBJECT_NOT_FOUND
     assert stat(service, "allocated_bytes") == 0
     assert stat(service, "eviction_candidates") == 0
     assert service.put_revoke("u", "", "k") == ErrorCode.OBJECT_NOT_FOUND
@@ -1045,7 +1062,7 @@ def test_a_rejected_upsert_changes_nothing() -> None:
     meta = service.object_of("", "B")
     assert meta is not None and not meta.hard_pinned
     assert stat(service, "eviction_candidates") == 1
-    assert service.get_replica_list("", "B").code == OK
+    assert service.reads.get_replica_list("", "B").code == OK
     service.check()
 
 

@@ -110,14 +110,14 @@ def test_put_start_is_invisible_until_put_end() -> None:
     assert replica.host_id == "host-a"
     assert allocated(service) == rounded(1000)
 
-    assert service.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
-    assert service.batch_get_replica_list("", ["k"])[0].code == ErrorCode.REPLICA_IS_NOT_READY
-    assert service.exist_key("", "k") == 0
-    assert service.batch_exist_key("", ["k"]) == [0]
+    assert service.reads.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
+    assert service.reads.batch_get_replica_list("", ["k"])[0].code == ErrorCode.REPLICA_IS_NOT_READY
+    assert service.reads.exist_key("", "k") == 0
+    assert service.reads.batch_exist_key("", ["k"]) == [0]
     service.check()
 
     assert service.put_end("w", "", "k") == OK
-    listed = service.get_replica_list("", "k")
+    listed = service.reads.get_replica_list("", "k")
     assert listed.code == OK
     assert listed.lease_ttl_ms == service.config.default_kv_lease_ttl
     assert listed.size == 1000
@@ -125,7 +125,7 @@ def test_put_start_is_invisible_until_put_end() -> None:
     assert listed.replicas[0].status == ReplicaStatus.COMPLETE
     assert listed.replicas[0].offset == replica.offset
     assert listed.replicas[0].id == replica.id
-    assert service.exist_key("", "k") == 1
+    assert service.reads.exist_key("", "k") == 1
     assert service.stats()["objects"] == 1
     service.check()
 
@@ -134,7 +134,7 @@ def test_lease_ttl_reported_is_the_configured_one() -> None:
     service, _ = make_service(default_kv_lease_ttl=2500)
     mount(service, "owner", "s1")
     put(service, "w", "k", 10)
-    assert service.get_replica_list("", "k").lease_ttl_ms == 2500
+    assert service.reads.get_replica_list("", "k").lease_ttl_ms == 2500
     service.check()
 
 
@@ -155,7 +155,7 @@ def test_put_start_on_readable_key_already_exists() -> None:
         ErrorCode.OBJECT_ALREADY_EXISTS
     )
     assert allocated(service) == before
-    assert service.get_replica_list("", "k").size == 100
+    assert service.reads.get_replica_list("", "k").size == 100
     service.check()
 
 
@@ -193,16 +193,18 @@ def test_stale_inflight_write_is_preempted_and_its_buffer_released_later() -> No
     # The old buffer stays allocated, so the new one cannot overlap it.
     assert new.replicas[0].offset != old.replicas[0].offset
     assert allocated(service) == 1024 + rounded(2000)
-    assert service.stats()["discarded_buffers"] == 1
+    assert service.stats()["preempted_buffers"] == 1
     assert service.stats()["objects"] == 1
     meta = service.object_of("", "k")
     assert meta is not None and meta.client_id == "w2" and meta.size == 2000
     service.check()
 
-    # The preempted writer has lost the key.
+    # The preempted writer has lost the key (without its write id it cannot even say it
+    # stopped, so its buffer waits for the release timeout).
     assert service.put_end("w1", "", "k") == ErrorCode.ILLEGAL_CLIENT
     assert service.put_revoke("w1", "", "k") == ErrorCode.ILLEGAL_CLIENT
-    assert service.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
+    assert old.write_id != new.write_id
+    assert service.reads.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
 
     release_at = T0 + service.config.put_start_release_timeout_sec
     assert service.sweep_expired_puts(release_at - 0.01) == 0
@@ -211,11 +213,11 @@ def test_stale_inflight_write_is_preempted_and_its_buffer_released_later() -> No
     # At put_start_time + release timeout the old buffer is freed; the new write is untouched.
     assert service.sweep_expired_puts(release_at) == 1
     assert allocated(service) == rounded(2000)
-    assert service.stats()["discarded_buffers"] == 0
+    assert service.stats()["preempted_buffers"] == 0
     service.check()
 
-    assert service.put_end("w2", "", "k") == OK
-    listed = service.get_replica_list("", "k")
+    assert service.put_end("w2", "", "k", new.write_id) == OK
+    listed = service.reads.get_replica_list("", "k")
     assert listed.code == OK and listed.size == 2000
     assert listed.replicas[0].offset == new.replicas[0].offset
     service.check()
@@ -224,12 +226,18 @@ def test_stale_inflight_write_is_preempted_and_its_buffer_released_later() -> No
 def test_stale_write_can_be_preempted_by_its_own_client() -> None:
     service, clock = make_service()
     mount(service, "owner", "s1")
-    start(service, "w", "k", 100)
+    first = start(service, "w", "k", 100)
     clock.advance(31)
-    start(service, "w", "k", 100)
-    assert service.stats()["discarded_buffers"] == 1
-    assert service.put_end("w", "", "k") == OK
-    assert service.exist_key("", "k") == 1
+    second = start(service, "w", "k", 100)
+    assert service.stats()["preempted_buffers"] == 1
+    # The first write's end names its write: it completes nothing of the second one, and its
+    # buffer comes back at once since its writer has evidently stopped.
+    assert service.put_end("w", "", "k", first.write_id) == ErrorCode.INVALID_WRITE
+    assert service.stats()["preempted_buffers"] == 0
+    assert service.reads.exist_key("", "k") == 0
+    assert service.put_end("w", "", "k", second.write_id) == OK
+    assert service.reads.exist_key("", "k") == 1
+    assert allocated(service) == rounded(100)
     service.check()
 
 
@@ -266,14 +274,14 @@ def test_put_end_errors_and_retry() -> None:
     assert service.put_end("w", "", "missing") == ErrorCode.OBJECT_NOT_FOUND
     start(service, "w", "k", 100)
     assert service.put_end("intruder", "", "k") == ErrorCode.ILLEGAL_CLIENT
-    assert service.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
+    assert service.reads.get_replica_list("", "k").code == ErrorCode.REPLICA_IS_NOT_READY
     assert service.put_end("w", "", "k") == OK
     # A retry after success is harmless; another client is still refused.
     assert service.put_end("w", "", "k") == OK
     assert service.batch_put_end("w", "", ["k", "k"]) == [OK, OK]
     assert service.put_end("intruder", "", "k") == ErrorCode.ILLEGAL_CLIENT
     assert service.put_end("w", "", "") == ErrorCode.INVALID_PARAMS
-    assert service.exist_key("", "k") == 1
+    assert service.reads.exist_key("", "k") == 1
     service.check()
 
 
@@ -287,14 +295,14 @@ def test_put_revoke_frees_memory_and_object_disappears() -> None:
     assert service.put_revoke("w", "", "k") == OK
     assert allocated(service) == 0
     assert service.object_of("", "k") is None
-    assert service.get_replica_list("", "k").code == ErrorCode.OBJECT_NOT_FOUND
+    assert service.reads.get_replica_list("", "k").code == ErrorCode.OBJECT_NOT_FOUND
     assert service.put_end("w", "", "k") == ErrorCode.OBJECT_NOT_FOUND
     assert service.put_revoke("w", "", "k") == ErrorCode.OBJECT_NOT_FOUND
     assert service.put_revoke("w", "", "") == ErrorCode.INVALID_PARAMS
     service.check()
     # The key is free again at once: revoke is not a stale write that needs the discard timeout.
     put(service, "other", "k", 10)
-    assert service.get_replica_list("", "k").size == 10
+    assert service.reads.get_replica_list("", "k").size == 10
     service.check()
 
 
@@ -303,7 +311,7 @@ def test_put_revoke_of_a_complete_object_is_invalid_write() -> None:
     mount(service, "owner", "s1")
     put(service, "w", "k", 100)
     assert service.put_revoke("w", "", "k") == ErrorCode.INVALID_WRITE
-    assert service.exist_key("", "k") == 1
+    assert service.reads.exist_key("", "k") == 1
     assert allocated(service) == rounded(100)
     service.check()
 
@@ -323,10 +331,10 @@ def test_sweep_frees_writes_never_ended_after_release_timeout() -> None:
 
     assert service.sweep_expired_puts(T0 + release) == 2  # both replicas of "stuck"
     assert service.object_of("", "stuck") is None
-    assert service.get_replica_list("", "stuck").code == ErrorCode.OBJECT_NOT_FOUND
+    assert service.reads.get_replica_list("", "stuck").code == ErrorCode.OBJECT_NOT_FOUND
     assert service.put_end("w", "", "stuck") == ErrorCode.OBJECT_NOT_FOUND
-    assert service.get_replica_list("", "young").code == ErrorCode.REPLICA_IS_NOT_READY
-    assert service.exist_key("", "done") == 1
+    assert service.reads.get_replica_list("", "young").code == ErrorCode.REPLICA_IS_NOT_READY
+    assert service.reads.exist_key("", "done") == 1
     assert allocated(service) == rounded(100) + rounded(500)
     service.check()
 
@@ -343,88 +351,185 @@ def test_sweep_frees_writes_never_ended_after_release_timeout() -> None:
 # --- leases and remove -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reader", ["get", "batch_get", "exist", "batch_exist"])
-def test_reads_grant_a_lease_that_blocks_remove_until_it_passes(reader: str) -> None:
+@pytest.mark.parametrize("reader", ["get", "batch_get"])
+def test_a_read_lease_blocks_remove_until_its_reader_ends_it(reader: str) -> None:
     service, clock = make_service(default_kv_lease_ttl=10_000)
     mount(service, "owner", "s1")
     put(service, "w", "k", 100)
-    clock.advance(5)
     if reader == "get":
-        assert service.get_replica_list("", "k").code == OK
-    elif reader == "batch_get":
-        assert service.batch_get_replica_list("", ["k"])[0].code == OK
-    elif reader == "exist":
-        assert service.exist_key("", "k") == 1
+        listed = service.reads.get_replica_list("", "k", "r")
     else:
-        assert service.batch_exist_key("", ["k"]) == [1]
-    meta = service.object_of("", "k")
-    assert meta is not None and meta.lease_timeout == pytest.approx(T0 + 15)
-    assert service.remove("", "k") == ErrorCode.OBJECT_HAS_LEASE
-    clock.advance(9.9)
+        listed = service.reads.batch_get_replica_list("", ["k"], "r")[0]
+    assert listed.code == OK and listed.read_id > 0 and listed.lease_ttl_ms == 10_000
     assert service.remove("", "k") == ErrorCode.OBJECT_HAS_LEASE
     assert service.batch_remove("", ["k"]) == [ErrorCode.OBJECT_HAS_LEASE]
-    assert service.exist_key("", "k") == 1  # this renews the lease to now + 10 s
+    clock.advance(1)
+    assert service.reads.end_reads("r", [listed.read_id]) == [OK]
+    assert service.remove("", "k") == OK  # at once, not at the TTL
+    assert allocated(service) == 0
+    service.check()
+
+
+def test_a_read_lease_nobody_ends_lasts_its_ttl() -> None:
+    service, clock = make_service(default_kv_lease_ttl=10_000)
+    mount(service, "owner", "s1")
+    put(service, "w", "k", 100)
+    listed = service.reads.get_replica_list("", "k", "r")
+    clock.advance(9.9)
+    assert service.remove("", "k") == ErrorCode.OBJECT_HAS_LEASE
+    clock.advance(0.1)
+    assert service.remove("", "k") == OK
+    # The reader comes back late: the object is gone but its range was never handed out again.
+    assert service.reads.end_reads("r", [listed.read_id]) == [OK]
+    service.check()
+
+
+@pytest.mark.parametrize("checker", ["exist", "batch_exist"])
+def test_an_existence_hold_blocks_remove_until_the_same_client_reads(checker: str) -> None:
+    service, clock = make_service(default_kv_lease_ttl=10_000)
+    mount(service, "owner", "s1")
+    put(service, "w", "k", 100)
+    if checker == "exist":
+        assert service.reads.exist_key("", "k", "c") == 1
+    else:
+        assert service.reads.batch_exist_key("", ["k"], "c") == [1]
+    assert service.remove("", "k") == ErrorCode.OBJECT_HAS_LEASE
+    # Another client's read does not take this client's hold over.
+    other = service.reads.get_replica_list("", "k", "someone-else")
+    assert service.reads.end_reads("someone-else", [other.read_id]) == [OK]
+    assert service.remove("", "k") == ErrorCode.OBJECT_HAS_LEASE
+    mine = service.reads.get_replica_list("", "k", "c")
+    assert service.reads.end_reads("c", [mine.read_id]) == [OK]
+    assert service.remove("", "k") == OK
+    service.check()
+
+
+def test_an_existence_hold_lapses_at_the_ttl() -> None:
+    service, clock = make_service(default_kv_lease_ttl=10_000)
+    mount(service, "owner", "s1")
+    put(service, "w", "k", 100)
+    assert service.reads.exist_key("", "k", "c") == 1
+    clock.advance(9.9)
+    assert service.reads.exist_key("", "k", "c") == 1  # renews to now + 10 s
     clock.advance(9.9)
     assert service.remove("", "k") == ErrorCode.OBJECT_HAS_LEASE
     clock.advance(0.2)
     assert service.remove("", "k") == OK
-    assert service.object_of("", "k") is None
-    assert allocated(service) == 0
     service.check()
 
 
-def test_lease_is_never_shortened() -> None:
-    service, clock = make_service(default_kv_lease_ttl=10_000)
+def test_probes_lease_nothing() -> None:
+    service, _ = make_service()
     mount(service, "owner", "s1")
     put(service, "w", "k", 100)
-    assert service.exist_key("", "k") == 1
-    meta = service.object_of("", "k")
-    assert meta is not None
-    first = meta.lease_timeout
-    assert service.put_end("w", "", "k") == OK  # retry grants lease 0: must not shorten
-    assert meta.lease_timeout == first
-    clock.advance(3)
-    assert service.get_replica_list("", "k").code == OK
-    assert meta.lease_timeout == pytest.approx(T0 + 13)
+    start(service, "w", "writing", 100)
+    assert service.reads.probe_key("", "k") == 1
+    assert service.reads.batch_probe_key("", ["k", "missing", "writing"]) == [1, 0, 0]
+    assert service.reads.probe_key("", "") == ErrorCode.INVALID_PARAMS
+    assert service.stats()["existence_holds"] == service.stats()["read_holds"] == 0
+    assert service.remove("", "k") == OK
     service.check()
 
 
-def test_force_remove_ignores_the_lease_and_quarantines_memory_until_it_ends() -> None:
+def test_force_remove_under_a_reader_keeps_the_bytes_until_the_read_ends() -> None:
     service, clock = make_service(default_kv_lease_ttl=10_000)
     mount(service, "owner", "s1", name="n1")
     mount(service, "owner", "s2", name="n2")
     put(service, "w", "k", 100, replica_num=2)
-    clock.advance(1)
-    assert service.get_replica_list("", "k").code == OK  # lease until T0 + 11
-    assert service.remove("", "k") == ErrorCode.OBJECT_HAS_LEASE
+    listed = service.reads.get_replica_list("", "k", "r")
     assert service.remove("", "k", force=True) == OK
-    assert service.get_replica_list("", "k").code == ErrorCode.OBJECT_NOT_FOUND
-    assert service.exist_key("", "k") == 0
-    assert service.remove("", "k", force=True) == ErrorCode.OBJECT_NOT_FOUND
+    assert service.reads.get_replica_list("", "k", "r2").code == ErrorCode.OBJECT_NOT_FOUND
     assert service.stats()["objects"] == 0
-    # The bytes a leased reader may still be copying are not reused before the lease ends.
+    # The bytes the reader is copying are not handed out again while it reads.
     assert allocated(service) == 2 * rounded(100)
-    assert service.stats()["discarded_buffers"] == 2
+    assert service.stats()["retired_buffers"] == 2
     service.check()
     put(service, "w", "k", 100)  # the key itself is free at once
-    assert service.remove("", "k") == OK  # unleased: freed at once
-    assert service.sweep_expired_puts(T0 + 10.9) == 0
+    assert service.remove("", "k") == OK  # unread: freed at once
     assert allocated(service) == 2 * rounded(100)
-    assert service.sweep_expired_puts(T0 + 11) == 2
+    assert service.reads.end_reads("r", [listed.read_id]) == [OK]
     assert allocated(service) == 0
-    assert service.stats()["discarded_buffers"] == 0
+    assert service.stats()["retired_buffers"] == 0
     service.check()
 
 
-def test_force_remove_of_unleased_object_frees_memory_at_once() -> None:
-    service, clock = make_service()
+def test_retired_bytes_come_back_at_the_ttl_when_the_reader_never_does() -> None:
+    service, clock = make_service(default_kv_lease_ttl=10_000)
     mount(service, "owner", "s1")
     put(service, "w", "k", 100)
-    assert service.exist_key("", "k") == 1
-    clock.advance(10)  # the lease has just ended
+    listed = service.reads.get_replica_list("", "k", "r")
     assert service.remove("", "k", force=True) == OK
+    service.sweep_expired_puts(T0 + 9.9)
+    assert allocated(service) == rounded(100)
+    service.sweep_expired_puts(T0 + 10)
     assert allocated(service) == 0
-    assert service.stats()["discarded_buffers"] == 0
+    service.check()
+    # Nothing reused the range yet: the late reader's bytes are still the ones it read.
+    assert service.reads.end_reads("r", [listed.read_id]) == [OK]
+    assert service.reads.end_reads("r", [listed.read_id]) == [ErrorCode.LEASE_EXPIRED]
+    service.check()
+
+
+def test_a_late_read_whose_range_was_reused_reports_lease_expired() -> None:
+    service, clock = make_service(default_kv_lease_ttl=1_000)
+    mount(service, "owner", "s1", size=4 * KIB)
+    put(service, "w", "k", 4 * KIB)
+    slow = service.reads.get_replica_list("", "k", "slow")
+    assert service.remove("", "k", force=True) == OK
+    clock.advance(1)
+    put(service, "w", "k2", 4 * KIB)  # only fits in the late reader's range
+    assert service.reads.end_reads("slow", [slow.read_id]) == [ErrorCode.LEASE_EXPIRED]
+    # Another client cannot end this client's reads.
+    fresh = service.reads.get_replica_list("", "k2", "r")
+    assert service.reads.end_reads("intruder", [fresh.read_id]) == [ErrorCode.LEASE_EXPIRED]
+    assert service.remove("", "k2") == ErrorCode.OBJECT_HAS_LEASE
+    assert service.reads.end_reads("r", [fresh.read_id]) == [OK]
+    service.check()
+
+
+def test_a_late_read_of_a_rewritten_object_reports_lease_expired() -> None:
+    service, clock = make_service(default_kv_lease_ttl=1_000)
+    mount(service, "owner", "s1")
+    put(service, "w", "k", 100)
+    slow = service.reads.get_replica_list("", "k", "slow")
+    clock.advance(2)
+    rewrite = service.upsert_start("w", "", "k", 100, ReplicateConfig())
+    assert rewrite.code == OK and rewrite.replicas[0].offset == slow.replicas[0].offset
+    assert service.reads.end_reads("slow", [slow.read_id]) == [ErrorCode.LEASE_EXPIRED]
+    assert service.put_end("w", "", "k", rewrite.write_id) == OK
+    service.check()
+
+
+def test_reads_of_one_object_by_one_client_share_a_hold() -> None:
+    service, _ = make_service()
+    mount(service, "owner", "s1")
+    put(service, "w", "k", 100)
+    ids = [service.reads.get_replica_list("", "k", "r").read_id for _ in range(3)]
+    assert len(set(ids)) == 1
+    assert service.stats()["read_holds"] == 1 and service.stats()["reads_in_flight"] == 3
+    assert service.reads.end_reads("r", ids[:2]) == [OK, OK]
+    assert service.remove("", "k") == ErrorCode.OBJECT_HAS_LEASE  # one read still copies
+    assert service.reads.end_reads("r", ids[2:]) == [OK]
+    assert service.stats()["read_holds"] == 0
+    assert service.remove("", "k") == OK
+    service.check()
+
+
+def test_an_expired_client_gives_its_reads_back() -> None:
+    service, clock = make_service(client_ttl=5)
+    mount(service, "owner", "s1")
+    put(service, "w", "k", 100)
+    assert service.ping("owner").code == OK
+    assert service.ping("reader").code == OK
+    listed = service.reads.get_replica_list("", "k", "reader")
+    assert service.remove("", "k", force=True) == OK
+    assert allocated(service) == rounded(100)
+    clock.advance(3)
+    assert service.ping("owner").code == OK
+    clock.advance(3)
+    assert service.reap_expired_clients(clock()) == ["reader"]
+    assert allocated(service) == 0
+    assert service.reads.end_reads("reader", [listed.read_id]) == [ErrorCode.LEASE_EXPIRED]
     service.check()
 
 
@@ -454,24 +559,15 @@ def test_put_end_grants_no_lease() -> None:
     service, _ = make_service()
     mount(service, "owner", "s1")
     put(service, "w", "k", 100)
-    meta = service.object_of("", "k")
-    assert meta is not None and not meta.has_live_lease(T0)
+    assert service.is_leased("", "k") is False
     assert service.remove("", "k") == OK
     assert allocated(service) == 0
     service.check()
 
 
-def test_zero_lease_ttl_never_blocks_remove() -> None:
-    service, _ = make_service(default_kv_lease_ttl=0)
-    mount(service, "owner", "s1")
-    put(service, "w", "k", 100)
-    listed = service.get_replica_list("", "k")
-    assert listed.code == OK and listed.lease_ttl_ms == 0
-    assert service.remove("", "k") == OK
-    service.check()
-
-
-# --- batches -----------------------------------------------------------------------------------
+def test_a_zero_lease_ttl_is_refused() -> None:
+    with pytest.raises(ValueError, match="default_kv_lease_ttl"):
+        make_service(default_kv_lease_ttl=0)
 
 
 def test_batch_calls_answer_per_key_in_input_order() -> None:
@@ -498,7 +594,7 @@ def test_batch_calls_answer_per_key_in_input_order() -> None:
     assert ends == [OK, ErrorCode.OBJECT_NOT_FOUND, OK, ErrorCode.INVALID_PARAMS, OK]
     assert service.batch_put_end("x", "", ["a"]) == [ErrorCode.ILLEGAL_CLIENT]
 
-    listed = service.batch_get_replica_list("", ["b", "missing", "a", "", "existing"])
+    listed = service.reads.batch_get_replica_list("", ["b", "missing", "a", "", "existing"])
     assert [r.code for r in listed] == [
         OK,
         ErrorCode.OBJECT_NOT_FOUND,
@@ -507,7 +603,7 @@ def test_batch_calls_answer_per_key_in_input_order() -> None:
         OK,
     ]
     assert [r.size for r in listed] == [200, 0, 100, 0, 10]
-    assert service.batch_exist_key("", ["missing", "a", "", "b"]) == [
+    assert service.reads.batch_exist_key("", ["missing", "a", "", "b"]) == [
         0,
         1,
         int(ErrorCode.INVALID_PARAMS),
@@ -570,10 +666,10 @@ def test_batches_larger_than_max_batch_keys_fail_every_key() -> None:
     assert service.batch_put_end("w", "", five) == bad
     assert service.batch_put_revoke("w", "", five) == bad
     assert service.batch_put_end("w", "", four) == [OK] * 4
-    assert [r.code for r in service.batch_get_replica_list("", five)] == bad
-    assert service.batch_exist_key("", five) == [int(ErrorCode.INVALID_PARAMS)] * 5
+    assert [r.code for r in service.reads.batch_get_replica_list("", five)] == bad
+    assert service.reads.batch_exist_key("", five) == [int(ErrorCode.INVALID_PARAMS)] * 5
     assert service.batch_remove("", five, force=True) == bad
-    assert service.batch_exist_key("", four) == [1] * 4
+    assert service.reads.batch_exist_key("", four) == [1] * 4
     assert service.batch_remove("", four, force=True) == [OK] * 4
     service.check()
 
@@ -585,10 +681,10 @@ def test_ten_thousand_key_batch_exist_key() -> None:
     for key in sorted(stored):
         put(service, "w", key, 64)
     keys = [f"key-{i}" for i in range(10_000)]
-    results = service.batch_exist_key("", keys)
+    results = service.reads.batch_exist_key("", keys)
     assert len(results) == 10_000
     assert results == [1 if k in stored else 0 for k in keys]
-    listed = service.batch_get_replica_list("", keys)
+    listed = service.reads.batch_get_replica_list("", keys)
     assert [r.code == OK for r in listed] == [k in stored for k in keys]
     service.check()
 
@@ -602,8 +698,8 @@ def test_empty_key_is_invalid_everywhere() -> None:
     assert service.put_start("w", "", "", 10, ReplicateConfig()).code == ErrorCode.INVALID_PARAMS
     assert service.put_end("w", "", "") == ErrorCode.INVALID_PARAMS
     assert service.put_revoke("w", "", "") == ErrorCode.INVALID_PARAMS
-    assert service.get_replica_list("", "").code == ErrorCode.INVALID_PARAMS
-    assert service.exist_key("", "") == int(ErrorCode.INVALID_PARAMS)
+    assert service.reads.get_replica_list("", "").code == ErrorCode.INVALID_PARAMS
+    assert service.reads.exist_key("", "") == int(ErrorCode.INVALID_PARAMS)
     assert service.remove("", "", force=True) == ErrorCode.INVALID_PARAMS
     assert allocated(service) == 0
     service.check()
@@ -615,14 +711,14 @@ def test_key_length_limit_is_4096_utf8_bytes() -> None:
     for key in ["a" * 4096, "é" * 2048, "\U0001f600" * 1024]:
         assert len(key.encode()) == 4096
         put(service, "w", key, 10)
-        assert service.exist_key("", key) == 1
+        assert service.reads.exist_key("", key) == 1
     for key in ["a" * 4097, "é" * 2049, "a" + "\U0001f600" * 1024, "x" * 100_000]:
         assert len(key.encode()) > 4096
         assert service.put_start("w", "", key, 10, ReplicateConfig()).code == (
             ErrorCode.INVALID_PARAMS
         )
-        assert service.get_replica_list("", key).code == ErrorCode.INVALID_PARAMS
-        assert service.exist_key("", key) == int(ErrorCode.INVALID_PARAMS)
+        assert service.reads.get_replica_list("", key).code == ErrorCode.INVALID_PARAMS
+        assert service.reads.exist_key("", key) == int(ErrorCode.INVALID_PARAMS)
         assert service.remove("", key) == ErrorCode.INVALID_PARAMS
     assert service.stats()["objects"] == 3
     service.check()
@@ -751,8 +847,8 @@ def test_soft_pin_enable_commits_its_deadline_at_put_end() -> None:
     }
     # Reads and repeated put_end never extend the deadline.
     clock.advance(1)
-    assert service.get_replica_list("", "explicit").code == OK
-    assert service.exist_key("", "explicit") == 1
+    assert service.reads.get_replica_list("", "explicit").code == OK
+    assert service.reads.exist_key("", "explicit") == 1
     assert service.put_end("w", "", "explicit") == OK
     meta = service.object_of("", "explicit")
     assert meta is not None and meta.soft_pin_deadline == pytest.approx(T0 + 7)
@@ -807,7 +903,7 @@ def test_mount_is_idempotent_and_keeps_allocations() -> None:
     assert service.mount_segment("c1", info) == OK
     assert service.remount_segments("c1", [info]) == OK
     assert allocated(service) == rounded(100)
-    assert service.exist_key("", "k") == 1
+    assert service.reads.exist_key("", "k") == 1
     service.check()
 
 
@@ -817,7 +913,7 @@ def test_unmount_ownership_and_unknown() -> None:
     put(service, "w", "k", 100)
     assert service.unmount_segment("c2", "s1") == ErrorCode.INVALID_PARAMS
     assert service.segment_of("s1") is not None
-    assert service.exist_key("", "k") == 1
+    assert service.reads.exist_key("", "k") == 1
     assert service.unmount_segment("c2", "unknown") == OK
     assert service.unmount_segment("c1", "s1") == OK
     assert service.unmount_segment("c1", "s1") == OK  # idempotent
@@ -852,15 +948,15 @@ def test_unmount_drops_objects_living_only_there() -> None:
     assert segments_of_key(service, "solo") == {"s1"}
     assert segments_of_key(service, "dual") == {"s1", "s2"}
     assert segments_of_key(service, "other") == {"s2"}
-    assert service.exist_key("", "solo") == 1  # a lease does not keep an object alive
+    assert service.reads.exist_key("", "solo") == 1  # a lease does not keep an object alive
 
     assert service.unmount_segment("c1", "s1") == OK
-    assert service.get_replica_list("", "solo").code == ErrorCode.OBJECT_NOT_FOUND
+    assert service.reads.get_replica_list("", "solo").code == ErrorCode.OBJECT_NOT_FOUND
     assert service.object_of("", "inflight") is None
     assert service.put_end("w", "", "inflight") == ErrorCode.OBJECT_NOT_FOUND
-    dual = service.get_replica_list("", "dual")
+    dual = service.reads.get_replica_list("", "dual")
     assert dual.code == OK and [r.segment_id for r in dual.replicas] == ["s2"]
-    assert service.get_replica_list("", "other").code == OK
+    assert service.reads.get_replica_list("", "other").code == OK
     assert service.stats()["objects"] == 2
     assert allocated(service) == rounded(200) + rounded(300)
     service.check()
@@ -868,21 +964,22 @@ def test_unmount_drops_objects_living_only_there() -> None:
 
 @pytest.mark.parametrize(
     ("discard", "how"),
-    [("preempt", "unmount"), ("preempt", "reap"), ("leased-remove", "unmount")],
+    [("preempt", "unmount"), ("preempt", "reap"), ("read-remove", "unmount")],
 )
-def test_discarded_buffer_does_not_survive_segment_remount(discard: str, how: str) -> None:
+def test_held_buffer_does_not_survive_segment_remount(discard: str, how: str) -> None:
     service, clock = make_service(client_ttl=10)
     info = mount(service, "c1", "s1")
     if discard == "preempt":
         old = start(service, "w1", "k", 100)
         clock.advance(31)
-        start(service, "w2", "k", 100)  # preempts: old buffer discarded until T0 + 600
+        start(service, "w2", "k", 100)  # preempts: old buffer held until T0 + 600
+        assert service.stats()["preempted_buffers"] == 1
     else:
         old = put(service, "w1", "k", 100)
         clock.advance(11)
-        assert service.exist_key("", "k") == 1  # leased until T0 + 21
-        assert service.remove("", "k", force=True) == OK  # quarantined until T0 + 21
-    assert service.stats()["discarded_buffers"] == 1
+        assert service.reads.get_replica_list("", "k", "r").code == OK  # held until T0 + 21
+        assert service.remove("", "k", force=True) == OK  # retired while the read lasts
+        assert service.stats()["retired_buffers"] == 1
     if how == "unmount":
         assert service.unmount_segment("c1", "s1") == OK
     else:
@@ -918,7 +1015,7 @@ def test_two_replicas_land_on_distinct_segment_names() -> None:
         assert len({r.segment_name for r in result.replicas}) == 2
         assert len({r.id for r in result.replicas}) == 2
         assert service.put_end("w", "", f"k{i}") == OK
-        listed = service.get_replica_list("", f"k{i}")
+        listed = service.reads.get_replica_list("", f"k{i}")
         assert len(listed.replicas) == 2
     assert allocated(service) == 10 * 2 * rounded(100)
     service.check()
@@ -939,7 +1036,7 @@ def test_replica_num_beyond_segments_is_best_effort() -> None:
     result = start(service, "w", "k", 100, replica_num=3)
     assert len(result.replicas) == 1
     assert service.put_end("w", "", "k") == OK
-    assert len(service.get_replica_list("", "k").replicas) == 1
+    assert len(service.reads.get_replica_list("", "k").replicas) == 1
     # With two names of which one is full, replica_num=2 still succeeds with one replica.
     mount(service, "c2", "tiny", name="tiny", size=64)
     put(service, "w", "fill", 64, preferred_segment="tiny")
@@ -1065,11 +1162,11 @@ def test_reaping_an_expired_client_unmounts_its_segments() -> None:
     assert service.reap_expired_clients(clock()) == ["A"]
     assert service.segment_of("sa") is None
     assert service.segment_of("sb") is not None
-    assert service.get_replica_list("", "only_a").code == ErrorCode.OBJECT_NOT_FOUND
+    assert service.reads.get_replica_list("", "only_a").code == ErrorCode.OBJECT_NOT_FOUND
     assert service.object_of("", "writing_a") is None
-    both = service.get_replica_list("", "both")
+    both = service.reads.get_replica_list("", "both")
     assert both.code == OK and [r.segment_id for r in both.replicas] == ["sb"]
-    assert service.get_replica_list("", "only_b").size == 300
+    assert service.reads.get_replica_list("", "only_b").size == 300
     assert allocated(service) == rounded(200) + rounded(300)
     assert service.stats()["clients"] == 1
     assert service.stats()["active_clients"] == 1
@@ -1083,7 +1180,7 @@ def test_reaping_an_expired_client_unmounts_its_segments() -> None:
     assert service.ping("A").client_status == ClientStatus.OK
     mounted = service.segment_of("sa")
     assert mounted is not None and mounted.allocator.used_bytes == 0
-    assert service.get_replica_list("", "only_a").code == ErrorCode.OBJECT_NOT_FOUND
+    assert service.reads.get_replica_list("", "only_a").code == ErrorCode.OBJECT_NOT_FOUND
     service.check()
 
 
@@ -1100,7 +1197,7 @@ def test_a_client_that_keeps_pinging_is_not_reaped() -> None:
         assert "A" not in reaped
     assert service.segment_of("sa") is not None
     assert service.segment_of("sb") is None  # B never pinged
-    assert service.exist_key("", "k") == 1
+    assert service.reads.exist_key("", "k") == 1
     service.check()
 
 
@@ -1125,21 +1222,21 @@ def test_remove_by_regex() -> None:
     for key in ("user/1", "user/2", "user/3", "admin/1", "xuser/9"):
         put(service, "w", key, 10)
     start(service, "w", "user/pending", 10)
-    assert service.exist_key("", "user/3") == 1  # leased
+    assert service.reads.exist_key("", "user/3") == 1  # leased
 
     code, count = service.remove_by_regex("", "^user/")
     assert (code, count) == (OK, 2)  # user/1, user/2; leased user/3 and pending skipped
-    assert service.exist_key("", "user/1") == 0
-    assert service.exist_key("", "user/3") == 1
+    assert service.reads.exist_key("", "user/1") == 0
+    assert service.reads.exist_key("", "user/3") == 1
     # re.search semantics: an unanchored pattern matches anywhere in the key.
     assert service.remove_by_regex("", r"user/\d") == (OK, 1)  # xuser/9; user/3 leased
-    assert service.exist_key("", "xuser/9") == 0
+    assert service.reads.exist_key("", "xuser/9") == 0
     assert service.remove_by_regex("", "user", force=True) == (OK, 1)  # user/3; pending skipped
     assert service.object_of("", "user/pending") is not None
     assert service.remove_by_regex("", "nothing-matches") == (OK, 0)
     assert service.remove_by_regex("", "(") == (ErrorCode.INVALID_PARAMS, 0)
     assert service.remove_by_regex("", "[a-") == (ErrorCode.INVALID_PARAMS, 0)
-    assert service.exist_key("", "admin/1") == 1
+    assert service.reads.exist_key("", "admin/1") == 1
     assert service.remove_by_regex("", "", force=True) == (OK, 1)  # admin/1
     assert service.stats()["objects"] == 1
     service.check()
@@ -1154,8 +1251,8 @@ def test_remove_all() -> None:
     for i in range(5):
         put(service, "w", f"k{i}", 10)
     start(service, "w", "pending", 10)
-    assert service.get_replica_list("", "k0").code == OK
-    assert service.exist_key("", "k1") == 1
+    assert service.reads.get_replica_list("", "k0").code == OK
+    assert service.reads.exist_key("", "k1") == 1
     assert service.remove_all("") == 3
     assert service.stats()["objects"] == 3
     assert service.remove_all("") == 0
@@ -1177,22 +1274,22 @@ def test_tenants_are_separate_key_spaces() -> None:
     put(service, "w", "k", 200, tenant="t2")
     put(service, "w", "k", 300)  # default tenant
     assert service.stats()["objects"] == 3
-    assert service.get_replica_list("t1", "k").size == 100
-    assert service.get_replica_list("t2", "k").size == 200
-    assert service.get_replica_list("", "k").size == 300
-    assert service.get_replica_list("default", "k").size == 300  # "" means "default"
-    assert service.get_replica_list("t3", "k").code == ErrorCode.OBJECT_NOT_FOUND
+    assert service.reads.get_replica_list("t1", "k").size == 100
+    assert service.reads.get_replica_list("t2", "k").size == 200
+    assert service.reads.get_replica_list("", "k").size == 300
+    assert service.reads.get_replica_list("default", "k").size == 300  # "" means "default"
+    assert service.reads.get_replica_list("t3", "k").code == ErrorCode.OBJECT_NOT_FOUND
     assert service.put_end("w", "t3", "k") == ErrorCode.OBJECT_NOT_FOUND
 
     put(service, "w", "only1", 10, tenant="t1")
-    assert service.exist_key("t1", "only1") == 1
-    assert service.exist_key("t2", "only1") == 0
+    assert service.reads.exist_key("t1", "only1") == 1
+    assert service.reads.exist_key("t2", "only1") == 0
     assert service.remove_all("t1", force=True) == 2
-    assert service.get_replica_list("t1", "k").code == ErrorCode.OBJECT_NOT_FOUND
-    assert service.get_replica_list("t2", "k").size == 200
-    assert service.exist_key("", "k") == 1
+    assert service.reads.get_replica_list("t1", "k").code == ErrorCode.OBJECT_NOT_FOUND
+    assert service.reads.get_replica_list("t2", "k").size == 200
+    assert service.reads.exist_key("", "k") == 1
     assert service.remove_by_regex("t2", "k", force=True) == (OK, 1)
-    assert service.exist_key("", "k") == 1
+    assert service.reads.exist_key("", "k") == 1
     assert service.remove("t2", "k") == ErrorCode.OBJECT_NOT_FOUND
     service.check()
 
@@ -1209,10 +1306,10 @@ def test_invalid_tenants_are_rejected(tenant: str) -> None:
     ] == [bad, bad]
     assert service.put_end("w", tenant, "k") == bad
     assert service.put_revoke("w", tenant, "k") == bad
-    assert service.get_replica_list(tenant, "k").code == bad
-    assert [r.code for r in service.batch_get_replica_list(tenant, ["k", "z"])] == [bad, bad]
-    assert service.exist_key(tenant, "k") == int(bad)
-    assert service.batch_exist_key(tenant, ["k"]) == [int(bad)]
+    assert service.reads.get_replica_list(tenant, "k").code == bad
+    assert [r.code for r in service.reads.batch_get_replica_list(tenant, ["k", "z"])] == [bad, bad]
+    assert service.reads.exist_key(tenant, "k") == int(bad)
+    assert service.reads.batch_exist_key(tenant, ["k"]) == [int(bad)]
     assert service.remove(tenant, "k", force=True) == bad
     assert service.batch_remove(tenant, ["k"], force=True) == [bad]
     assert service.remove_by_regex(tenant, ".*", force=True) == (bad, 0)
@@ -1238,9 +1335,9 @@ def test_tenants_collapse_to_default_when_disabled() -> None:
     assert service.put_start("w", "t2", "k", 100, ReplicateConfig()).code == (
         ErrorCode.OBJECT_ALREADY_EXISTS
     )
-    assert service.get_replica_list("t2", "k").size == 100
-    assert service.get_replica_list("", "k").size == 100
-    assert service.exist_key("_x", "k") == 1  # not validated: every tenant is "default"
+    assert service.reads.get_replica_list("t2", "k").size == 100
+    assert service.reads.get_replica_list("", "k").size == 100
+    assert service.reads.exist_key("_x", "k") == 1  # not validated: every tenant is "default"
     meta = service.object_of("anything", "k")
     assert meta is not None and meta.tenant == "default"
     assert service.remove_all("t9", force=True) == 1

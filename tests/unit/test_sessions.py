@@ -854,7 +854,7 @@ def test_refused_removes_keep_memberships() -> None:
     mount(service)
     put(service, "leased", sessions=["S"])
     start(service, "writing", sessions=["S"])
-    assert service.get_replica_list("", "leased").code == OK
+    assert service.reads.get_replica_list("", "leased").code == OK
     assert service.remove("", "leased") == ErrorCode.OBJECT_HAS_LEASE
     assert service.remove("", "writing") == ErrorCode.REPLICA_IS_NOT_READY
     assert members(service, "S") == ["leased", "writing"]
@@ -1124,7 +1124,7 @@ def test_rejected_writes_add_nothing() -> None:
     service, _ = make_service()
     mount(service, size=4 * KIB)
     put(service, "leased", size=64)
-    assert service.get_replica_list("", "leased").code == OK
+    assert service.reads.get_replica_list("", "leased").code == OK
     before = registry(service), memberships(service)
     # No room anywhere (bigger than every segment).
     assert service.put_start("w", "", "huge", 8 * KIB, config(["S"])).code == NO_HANDLE
@@ -1136,10 +1136,7 @@ def test_rejected_writes_add_nothing() -> None:
     # Invalid soft-pin request: the whole request is refused.
     bad_pin = config(["S"], soft_pin_action=SoftPinAction.PRESERVE, soft_pin_ttl_ms=10)
     assert service.put_start("w", "", "k", 10, bad_pin).code == INVALID
-    # Upsert refused: a reader holds the object, or it would change group.
-    assert service.upsert_start("w", "", "leased", 64, config(["S"])).code == (
-        ErrorCode.OBJECT_REPLICA_BUSY
-    )
+    # Upsert refused: it would change group.
     assert (
         service.upsert_start("w", "", "leased", 64, config(["S"], group_ids=["g"])).code == INVALID
     )
@@ -1415,7 +1412,7 @@ def test_leases_and_hard_pins_keep_their_meaning_in_a_session() -> None:
     put(service, "hard", size=KIB, sessions=["S"], with_hard_pin=True)
     put(service, "leased", size=KIB, sessions=["S"])
     put_many(service, keys_of("o", 6), size=KIB, sessions=["S"])
-    assert service.get_replica_list("", "leased").code == OK
+    assert service.reads.get_replica_list("", "leased").code == OK
     work = service.evict_once(clock())
     assert work is not None and work.evicted == 2
     assert present(service, ["hard", "leased", "o000", "o001"]) == ["hard", "leased"]

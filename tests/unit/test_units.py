@@ -118,12 +118,15 @@ def test_durations_read_the_same_everywhere(text: str, ms: int) -> None:
     assert parse_duration_ms(text) == ms
     assert parse_duration(text) == ms / 1000
     assert cli_parse_duration(text) == ms / 1000
-    assert parse_args([f"--default_kv_lease_ttl={text}"]).default_kv_lease_ttl == ms
-    assert master_config.config_from_mapping({"default_kv_lease_ttl": text}) == (
-        master_config.MasterConfig(default_kv_lease_ttl=ms)
-    )
-    if ms > 0:  # client_ttl must be positive
+    if ms > 0:  # the lease TTL and client_ttl must be positive
+        assert parse_args([f"--default_kv_lease_ttl={text}"]).default_kv_lease_ttl == ms
+        assert master_config.config_from_mapping({"default_kv_lease_ttl": text}) == (
+            master_config.MasterConfig(default_kv_lease_ttl=ms)
+        )
         assert parse_args([f"--client-ttl={text}"]).client_ttl == ms / 1000
+    else:
+        with pytest.raises(ConfigError, match="default_kv_lease_ttl=0: must be > 0"):
+            parse_args([f"--default_kv_lease_ttl={text}"])
 
 
 def test_compound_lease_ttl_flag_equals_the_cli_duration() -> None:
@@ -153,7 +156,8 @@ def test_bare_numbers_use_the_default_unit(text: str, as_ms: int | None, as_seco
             parse_args([f"--default_kv_lease_ttl={text}"])
     else:
         assert parse_duration_ms(text) == as_ms
-        assert parse_args([f"--default_kv_lease_ttl={text}"]).default_kv_lease_ttl == as_ms
+        if as_ms:
+            assert parse_args([f"--default_kv_lease_ttl={text}"]).default_kv_lease_ttl == as_ms
     # Both timeouts, as the discard timeout may not exceed the release timeout.
     cfg = parse_args(
         [f"--put_start_discard_timeout_sec={text}", f"--put_start_release_timeout_sec={text}"]

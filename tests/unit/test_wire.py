@@ -177,7 +177,7 @@ ANSWERS: list[tuple[Any, Any, Any, Any]] = [
     ),
 ]
 SAME = [
-    (codec.encode_put_start, codec.decode_put_start, PutStartResult(0, REPLICAS[:2])),
+    (codec.encode_put_start, codec.decode_put_start, PutStartResult(0, REPLICAS[:2], 1 << 50)),
     (codec.encode_put_start, codec.decode_put_start, PutStartResult(-200)),
     (
         codec.encode_put_starts,
@@ -185,7 +185,11 @@ SAME = [
         [PutStartResult(0, REPLICAS[2:3]), PutStartResult(-705)],
     ),
     (codec.encode_put_starts, codec.decode_put_starts, []),
-    (codec.encode_replica_list, codec.decode_replica_list, ReplicaListResult(0, REPLICAS, 50, 9)),
+    (
+        codec.encode_replica_list,
+        codec.decode_replica_list,
+        ReplicaListResult(0, REPLICAS, 50, 9, 77),
+    ),
     (codec.encode_replica_list, codec.decode_replica_list, ReplicaListResult(NOT_FOUND)),
     (
         codec.encode_replica_lists,
@@ -237,10 +241,10 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "ServiceReady": (),
     "PutStart": ("client-1", "tenant", "k", 10, FULL_CONFIG),
     "BatchPutStart": ("client-1", "tenant", ["a", "b"], [1, 2], ReplicateConfig()),
-    "PutEnd": ("client-1", "tenant", "k"),
-    "BatchPutEnd": ("client-1", "tenant", ["a", "b"]),
-    "PutRevoke": ("client-1", "tenant", "k"),
-    "BatchPutRevoke": ("client-1", "tenant", []),
+    "PutEnd": ("client-1", "tenant", "k", 17),
+    "BatchPutEnd": ("client-1", "tenant", ["a", "b"], [3, 4]),
+    "PutRevoke": ("client-1", "tenant", "k", 0),
+    "BatchPutRevoke": ("client-1", "tenant", [], []),
     "UpsertStart": ("client-1", "", "k", 1, ReplicateConfig()),
     "BatchUpsertStart": ("client-1", "tenant", [], [], ReplicateConfig()),
     "PutStartWithKvSessions": ("client-1", "tenant", "k", 10, TAGGED),
@@ -259,10 +263,13 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "ReleaseStaleKvSessions": ("tenant", 60_000, True),
     "ReleaseAllKvSessions": ("tenant", True),
     "ReleaseKvCache": ("tenant", False),
-    "GetReplicaList": ("tenant", "k"),
-    "BatchGetReplicaList": ("tenant", ["a", "b"]),
-    "ExistKey": ("tenant", "k"),
-    "BatchExistKey": ("tenant", ["a", "b", "c"]),
+    "GetReplicaList": ("tenant", "k", "client-1"),
+    "BatchGetReplicaList": ("tenant", ["a", "b"], "client-1"),
+    "EndReads": ("client-1", [5, 1 << 40]),
+    "ExistKey": ("tenant", "k", "client-1"),
+    "BatchExistKey": ("tenant", ["a", "b", "c"], "client-2"),
+    "ProbeKey": ("tenant", "k"),
+    "BatchProbeKey": ("tenant", ["a", "b"], "client-1", 1, 2),
     "GetStats": (),
     "ListSegments": (),
     "Remove": ("tenant", "k", True),
@@ -309,12 +316,12 @@ def test_wrong_argument_counts_are_refused() -> None:
 @pytest.mark.parametrize(
     ("name", "request_args", "expected"),
     [
-        ("ExistKey", ("t", "k"), INTERNAL),
+        ("ExistKey", ("t", "k", "c"), INTERNAL),
         ("GetStats", (), {}),
         ("GetKvSession", ("t", "s"), (INTERNAL, None)),
         ("ReleaseKvCache", ("t", True), (INTERNAL, ReleaseResult())),
         ("RemoveAll", ("t", True), INTERNAL),
-        ("BatchExistKey", ("t", ["a", "b", "c"]), [INTERNAL] * 3),
+        ("BatchExistKey", ("t", ["a", "b", "c"], "c"), [INTERNAL] * 3),
         ("BatchRemove", ("t", [], True), []),
         ("AttachKvSession", ("t", "s", ["a", "b"]), [INTERNAL] * 2),
         (
@@ -322,7 +329,7 @@ def test_wrong_argument_counts_are_refused() -> None:
             ("c", "t", ["a", "b"], [1, 2], TAGGED_BATCH),
             [PutStartResult(INTERNAL)] * 2,
         ),
-        ("BatchGetReplicaList", ("t", ["a"]), [ReplicaListResult(INTERNAL)]),
+        ("BatchGetReplicaList", ("t", ["a"], "c"), [ReplicaListResult(INTERNAL)]),
     ],
 )
 def test_failure_answers_carry_internal_error_per_key(

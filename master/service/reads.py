@@ -1,0 +1,200 @@
+"""Read operations of the master: lookups that lease, existence checks, probes, ends of reads.
+
+:class:`ReadService` is reached as ``MasterService.reads``; it depends only on the shared
+:class:`~mooncake_py.master.service.context.ServiceContext`. The leases themselves live in
+:mod:`mooncake_py.master.state.reads`:
+
+- ``GetReplicaList`` starts a read lease held by the asking client and returns its id; the
+  client ends it with ``EndReads`` when its copy is done, and the memory under it is then free
+  to go. The TTL (``default_kv_lease_ttl``) only bounds a reader that never comes back.
+- ``ExistKey`` (``is_exist``) keeps upstream's contract, "a key found now can still be read
+  next", without pinning memory for a whole TTL: a found key gets an existence hold owned by
+  the client, which the same client's next read of the key takes over (and that read's end
+  gives back); an existence hold never retires memory, and eviction takes such objects after
+  every unheld one. Unconsumed holds lapse at the TTL.
+- ``ProbeKey`` / ``BatchProbeKey`` lease nothing (upstream's lease-free probes), unless a
+  batch asks for ``LAST_HIT_ONLY``: then only the last complete candidate gets existence holds.
+
+Thread-safety: every method takes the context's lock once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mooncake_py.errors import ErrorCode
+from mooncake_py.types import ProbeLeaseMode, ReplicaListResult
+
+from ..state.objects import ObjectMetadata, valid_key
+from .context import ServiceContext
+
+
+class ReadService:
+    """The read calls.
+
+    Args:
+        context: the shared lock, state, clock and tenant rule.
+        max_batch_keys: the most keys one batch may name.
+    """
+
+    def __init__(self, context: ServiceContext, max_batch_keys: int) -> None:
+        self._lock = context.lock
+        self._state = context.state
+        self._clock = context.clock
+        self._resolve_tenant = context.tenants.resolve
+        self._max_batch = max_batch_keys
+
+    # -- lookups that lease ----------------------------------------------------------------
+
+    def get_replica_list(self, tenant: str, key: str, client_id: str = "") -> ReplicaListResult:
+        """Readable replicas of one key; see :meth:`batch_get_replica_list`."""
+        return self.batch_get_replica_list(tenant, [key], client_id)[0]
+
+    def batch_get_replica_list(
+        self, tenant: str, keys: Sequence[str], client_id: str = ""
+    ) -> list[ReplicaListResult]:
+        """Where to read each key, starting a read lease held by ``client_id``.
+
+        Per key: OK with the COMPLETE replicas, the lease TTL and the lease's ``read_id``;
+        OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY while the first write is in flight;
+        INVALID_PARAMS for a bad key. Every key INVALID_PARAMS for a bad tenant or too many
+        keys. Complexity: O(keys x replicas).
+        """
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or len(keys) > self._max_batch:
+            return [ReplicaListResult(ErrorCode.INVALID_PARAMS)] * len(keys)
+        state = self._state
+        ttl_ms = state.config.default_kv_lease_ttl
+        with self._lock:
+            now = self._clock()
+            deadline = now + state.lease_ttl_s
+            results: list[ReplicaListResult] = []
+            for key in keys:
+                meta = state.objects.get((resolved, key))
+                if meta is None:
+                    code = (
+                        ErrorCode.OBJECT_NOT_FOUND if valid_key(key) else ErrorCode.INVALID_PARAMS
+                    )
+                    results.append(ReplicaListResult(code))
+                    continue
+                readable = meta.complete_replicas()
+                if not readable:
+                    results.append(ReplicaListResult(ErrorCode.REPLICA_IS_NOT_READY))
+                    continue
+                state.touch(meta, now)
+                read_id = state.reads.grant(client_id, meta, readable, deadline)
+                described = tuple(state.describe(meta, r) for r in readable)
+                results.append(
+                    ReplicaListResult(ErrorCode.OK, described, ttl_ms, meta.size, read_id)
+                )
+            return results
+
+    def end_reads(self, client_id: str, read_ids: Sequence[int]) -> list[ErrorCode]:
+        """The reader's copies are done: end the read leases ``read_ids``.
+
+        Returns:
+            Per id: OK when the bytes stayed put for the whole copy (also for a copy that
+            outlived its TTL when no writer may have touched the range since);
+            LEASE_EXPIRED when they may have changed, or the id is unknown to this master.
+            Every id INVALID_PARAMS for more than ``max_batch_keys`` ids.
+        """
+        if len(read_ids) > self._max_batch:
+            return [ErrorCode.INVALID_PARAMS] * len(read_ids)
+        with self._lock:
+            self._state.reads.expire_due(self._clock())
+            return self._state.reads.end(client_id, read_ids)
+
+    # -- existence -------------------------------------------------------------------------
+
+    def exist_key(self, tenant: str, key: str, client_id: str = "") -> int:
+        """1 when the key is readable (with an existence hold), 0 when not, negative on error."""
+        return self.batch_exist_key(tenant, [key], client_id)[0]
+
+    def batch_exist_key(self, tenant: str, keys: Sequence[str], client_id: str = "") -> list[int]:
+        """Per key: 1 readable (the client gets an existence hold, see the module), 0 absent
+        or not yet written, or INVALID_PARAMS. O(keys)."""
+        return self._exists(tenant, keys, client_id, hold=True)
+
+    def probe_key(self, tenant: str, key: str) -> int:
+        """1 when the key is readable, 0 when not, negative on error; leases nothing."""
+        return self._exists(tenant, [key], "", hold=False)[0]
+
+    def batch_probe_key(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        client_id: str = "",
+        mode: int = ProbeLeaseMode.NONE,
+        candidate_size: int = 1,
+    ) -> list[int]:
+        """Per key 1 / 0 / negative as :meth:`probe_key`, leasing nothing (``NONE``).
+
+        With ``LAST_HIT_ONLY`` the keys form candidates of ``candidate_size`` consecutive keys;
+        only the last candidate whose every key is readable is selected: its keys get
+        existence holds for ``client_id`` and answer 1, every other key answers 0 (not
+        selected, not necessarily absent). Every key INVALID_PARAMS for an unknown mode, or
+        for ``LAST_HIT_ONLY`` with a ``candidate_size`` that is not positive or does not divide
+        the number of keys. O(keys).
+        """
+        if mode == ProbeLeaseMode.NONE or not keys:
+            return self._exists(tenant, keys, "", hold=False)
+        if (
+            mode != ProbeLeaseMode.LAST_HIT_ONLY
+            or candidate_size <= 0
+            or len(keys) % candidate_size
+        ):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        found = self._exists(tenant, keys, "", hold=False)
+        if any(code < 0 for code in found):
+            return found
+        mask = [0] * len(keys)
+        for start in range(len(keys) - candidate_size, -1, -candidate_size):
+            candidate = range(start, start + candidate_size)
+            if all(found[i] == 1 for i in candidate):
+                members = [keys[i] for i in candidate]
+                if self._hold_if_all_readable(tenant, members, client_id):
+                    for i in candidate:
+                        mask[i] = 1
+                    break
+        return mask
+
+    def _hold_if_all_readable(self, tenant: str, keys: Sequence[str], client_id: str) -> bool:
+        """Existence holds on every key of a candidate, or on none when one stopped being
+        readable since it was probed."""
+        resolved = self._resolve_tenant(tenant)
+        state = self._state
+        with self._lock:
+            now = self._clock()
+            metas = [state.objects.get((resolved or "", k)) for k in keys]
+            readable = [m for m in metas if m is not None and m.readable]
+            if len(readable) != len(metas):
+                return False
+            deadline = now + state.lease_ttl_s
+            for meta in readable:
+                state.touch(meta, now)
+                state.reads.grant_exist(client_id, meta.object_id, deadline)
+            return True
+
+    def _exists(self, tenant: str, keys: Sequence[str], client_id: str, hold: bool) -> list[int]:
+        resolved = self._resolve_tenant(tenant)
+        invalid = int(ErrorCode.INVALID_PARAMS)
+        if resolved is None or len(keys) > self._max_batch:
+            return [invalid] * len(keys)
+        state = self._state
+        lookup = state.objects.get
+        results: list[int] = []
+        append = results.append
+        with self._lock:
+            now = self._clock()
+            deadline = now + state.lease_ttl_s
+            for key in keys:
+                meta: ObjectMetadata | None = lookup((resolved, key))
+                if meta is None or not meta.readable:
+                    # Stored keys were valid when written; only misses need the check.
+                    append(0 if valid_key(key) else invalid)
+                    continue
+                if hold:
+                    state.touch(meta, now)
+                    state.reads.grant_exist(client_id, meta.object_id, deadline)
+                append(1)
+        return results
