@@ -118,7 +118,7 @@ def main() -> None:
         help="run the master as a child process instead of in this process",
     )
     options = parser.parse_args()
-    flags = {"default_kv_lease_ttl": 0, "kv_session_max_sessions": max(options.sessions, 1)}
+    flags = {"kv_session_max_sessions": max(options.sessions, 1)}
     master: InProcessMaster | MasterProcess
     if options.master_process:
         master = MasterProcess([arg for k, v in flags.items() for arg in (f"--{k}", str(v))])

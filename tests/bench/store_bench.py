@@ -405,12 +405,10 @@ class Bench:
             side.waits.append((prefix, round(budget.waited_s - waited, 3)))
         return self.command(side, worker, "put", prefix, n, size, batch, row, mode)
 
-    def remove(
-        self, side: Side, worker: Child, prefix: str, n: int, size: int, leased: bool = True
-    ) -> None:
+    def remove(self, side: Side, worker: Child, prefix: str, n: int, size: int) -> None:
         side.check.absorb(worker.call(cmd="remove", prefix=prefix, n=n))
         assert side.budget is not None
-        side.budget.removed(n * size, leased)
+        side.budget.removed(n * size)
 
     @staticmethod
     def turns(sides: Sequence[Side], rnd: int) -> Sequence[Side]:
@@ -466,7 +464,7 @@ class Bench:
         reads those keys, so removing them frees their memory at once. Failed writes are
         counted, not errors (upstream's allocator may not fit a completely full segment)."""
         plan = self.plan
-        side.budget = SegmentBudget(plan.segment, plan.budget, plan.lease_ms)
+        side.budget = SegmentBudget(plan.segment, plan.budget)
         size = max(plan.sizes)
         batch = plan.batches[size]
         n = max(1, int(plan.segment * plan.prefill) // size)
