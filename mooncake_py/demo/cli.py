@@ -64,7 +64,7 @@ _DEMO_FLAGS: dict[str, tuple[str, type, str]] = {
     "capacity_mib": ("--capacity-mib", float, "store capacity in MiB (overrides the ratio)"),
     "pin_idle_s": ("--pin-idle", float, "sessions: unpin after this idle time (virtual s)"),
     "abandon_after_s": ("--abandon-after", float, "sessions: release after this silence"),
-    "lease_ms": ("--lease-ms", int, "read lease of the embedded master (ms)"),
+    "lease_ms": ("--lease-ms", int, "read-lease TTL of the embedded master (ms; default 10 s)"),
 }
 
 
@@ -76,8 +76,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "--master",
         dest="demo_master",
         metavar="HOST:PORT",
-        help="use this master instead of an embedded one (its read leases, upstream 10 s, "
-        "span much of the compressed virtual time: expect smaller differences)",
+        help="use this master instead of an embedded one",
     )
     parser.add_argument(
         "--out", type=Path, default=demo_defaults.out_dir, help="output folder (%(default)s)"

@@ -142,26 +142,17 @@ def _summary(result: DemoResult) -> dict[str, Any]:
         "live_peak_bytes": result.live_peak_bytes,
         "page_bytes": result.config.page_bytes,
         "pin_idle_s": result.config.pin_idle_s,
+        "master_settings": result.master_settings,
         "abandon_after_s": result.config.abandon_after_s,
         "policies": [totals(p) for p in result.policies],
     }
 
 
-def _lease_note(result: DemoResult) -> list[str]:
+def _settings_note(result: DemoResult) -> list[str]:
     if result.embedded:
-        return [
-            f"The embedded master's read lease is {result.config.lease_ms} ms: the trace runs "
-            "in virtual time, many virtual seconds per wall second, and leases are wall time.",
-            "",
-        ]
-    return [
-        "Note: the existing master's read leases (upstream default 10 s) are wall time, while "
-        "the trace runs many virtual seconds per wall second, so every page probed or read in "
-        "the last few hundred virtual seconds is unevictable. Under pressure the store then "
-        "evicts soft-pinned pages (leases outrank pins), and the policies differ less than "
-        "with short leases (the embedded master's).",
-        "",
-    ]
+        shown = ", ".join(f"`{k}={v}`" for k, v in result.master_settings.items())
+        return [f"Master settings: {shown} (upstream's defaults unless overridden).", ""]
+    return ["Master settings: those of the existing deployment (not known to the demo).", ""]
 
 
 def _report(result: DemoResult) -> str:
@@ -175,7 +166,7 @@ def _report(result: DemoResult) -> str:
         f"; {config.trace.workers} engine workers (data-parallel ranks), each hosting "
         f"{_mib(result.capacity_bytes // config.trace.workers)}.",
         "",
-        *_lease_note(result),
+        *_settings_note(result),
         "## Workload",
         "",
         f"- {config.trace.conversations} conversations over {config.trace.window_s:.0f} virtual "

@@ -60,9 +60,9 @@ class DemoConfig:
         pin_idle_s: the sessions policy unpins a conversation idle this long (virtual s).
         abandon_after_s: it releases a conversation silent this long (virtual s).
         step_s: virtual seconds per step.
-        lease_ms: read lease of the embedded master: a probe or read blocks eviction this
-            long. Wall time, while think times are virtual: at a few milliseconds of wall
-            time per virtual second, upstream's 10 s would protect minutes of virtual time.
+        lease_ms: read-lease TTL of the embedded master in ms; None runs upstream's default
+            (10 s). Readers end their leases when their copies are done, so the TTL only
+            bounds readers that die; it no longer decides what eviction may take.
         master: ``host:port`` of an existing master to use instead of an embedded one.
         out_dir: where the report, plot and JSON summary go.
         model: model name in the keys.
@@ -76,14 +76,18 @@ class DemoConfig:
     pin_idle_s: float = 90.0
     abandon_after_s: float = 160.0
     step_s: float = 1.0
-    lease_ms: int = 50
+    lease_ms: int | None = None
     master: str | None = None
     out_dir: Path = Path("demo-output")
     model: str = "demo-org/chat-model-8b"
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.page_kib < 1 or self.step_s <= 0 or self.lease_ms < 1:
+        if (
+            self.page_kib < 1
+            or self.step_s <= 0
+            or (self.lease_ms is not None and self.lease_ms < 1)
+        ):
             raise ValueError("page_kib, step_s and lease_ms must be positive")
         if self.capacity_ratio <= 0:
             raise ValueError("capacity_ratio must be positive")
@@ -123,6 +127,8 @@ class DemoResult:
         policies: results, plain first.
         master: address of the master used.
         embedded: whether the demo started that master.
+        master_settings: the embedded master's settings that shape the outcome (lease TTL,
+            eviction watermarks and ratio, soft-pin rules); empty for an existing master.
         files: paths written (report, plot, summary).
         wall_s: wall time of the whole run.
     """
@@ -134,6 +140,7 @@ class DemoResult:
     policies: list[PolicyResult]
     master: str
     embedded: bool
+    master_settings: dict[str, object] = dataclasses.field(default_factory=dict)
     files: dict[str, Path] = dataclasses.field(default_factory=dict)
     wall_s: float = 0.0
 
@@ -248,8 +255,21 @@ def _start_master(config: DemoConfig) -> tuple[InProcessMaster | None, str]:
     # the master (and its server dependencies) for every other command.
     from mooncake_py.testing import InProcessMaster
 
-    master = InProcessMaster(default_kv_lease_ttl=config.lease_ms).start()
+    if config.lease_ms is None:
+        master = InProcessMaster().start()
+    else:
+        master = InProcessMaster(default_kv_lease_ttl=config.lease_ms).start()
     return master, master.address
+
+
+SHOWN_MASTER_SETTINGS = (
+    "default_kv_lease_ttl",
+    "eviction_high_watermark_ratio",
+    "eviction_ratio",
+    "default_kv_soft_pin_ttl",
+    "allow_evict_soft_pinned_objects",
+)
+"""The master settings the report states (those that change what the policies achieve)."""
 
 
 def _replay_policies(
@@ -310,6 +330,11 @@ def run(config: DemoConfig) -> DemoResult:
     capacity = config.capacity_bytes(trace)
     run_id = f"demo-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     embedded, address = _start_master(config)
+    settings = (
+        {}
+        if embedded is None
+        else {name: getattr(embedded.config, name) for name in SHOWN_MASTER_SETTINGS}
+    )
     try:
         results = _replay_policies(config, trace, capacity, address, run_id)
     finally:
@@ -323,6 +348,7 @@ def run(config: DemoConfig) -> DemoResult:
         policies=results,
         master=address,
         embedded=embedded is not None,
+        master_settings=settings,
     )
     result.wall_s = time.monotonic() - started
     result.files = write_outputs(result)
