@@ -90,9 +90,11 @@ class Evictor:
     def verdict(self, object_id: Hashable, now: float) -> Verdict:
         """May this candidate go now? O(group size)."""
         meta = self._state.objects.get(object_id)  # type: ignore[arg-type]
-        if meta is None or meta.hard_pinned or object_id in self._spared:
+        if meta is None or meta.hard_pinned:
             return Verdict.SKIP
         members = self._victims_with(meta)
+        if self._spared and any(m.object_id in self._spared for m in members):
+            return Verdict.SKIP  # evicting any member takes the spared one with it
         reads = self._state.reads
         if any(m.is_writing() or reads.is_read(m) or not m.is_readable() for m in members):
             return Verdict.SKIP

@@ -371,6 +371,7 @@ class ReadLeases:
         reads from it are clobbered. O(retired + late)."""
         for rid in [i for i, r in self._retired.items() if r.segment_id == segment_id]:
             del self._retired[rid]
+            self._clobber(set(self._late_by_replica.get(rid, ())))
         for watch in self._watches.pop(segment_id, []):
             self._clobber(watch.hold_ids)
 

@@ -199,3 +199,36 @@ def test_a_batch_beyond_the_limit_is_refused_whole(size: int) -> None:
     keys = ["k"] * (2 + size)
     assert service.reads.batch_probe_key("", keys) == [ErrorCode.INVALID_PARAMS] * len(keys)
     assert service.reads.end_reads("c", [1] * len(keys)) == [ErrorCode.INVALID_PARAMS] * len(keys)
+
+
+# --- regressions found by the shadow-model stress test -------------------------------------------
+
+
+def test_an_upsert_never_evicts_its_own_group_to_make_room() -> None:
+    service, _ = make_service()
+    mount(service, size=4 * KIB)
+    for key, group in (("a", "g"), ("b", "g"), ("c", "")):
+        config = ReplicateConfig(group_ids=[group] if group else None)
+        result = service.put_start("w", "", key, KIB, config)
+        assert service.put_end("w", "", key, result.write_id) == OK
+    grown = upsert(service, "u", "a", 2 * KIB)  # b's eviction would take a along: c goes
+    assert [service.reads.probe_key("", k) for k in "abc"] == [0, 1, 0]  # a is being written
+    assert service.put_end("u", "", "a", grown.write_id) == OK
+    assert [service.reads.probe_key("", k) for k in "abc"] == [1, 1, 0]
+    service.check()
+
+
+def test_a_late_read_of_a_retired_replica_whose_segment_goes_is_lease_expired() -> None:
+    service, clock = make_service(default_kv_lease_ttl=1_000)
+    mount(service)
+    put(service, "k")
+    late = service.reads.get_replica_list("", "k", "late")
+    clock.advance(0.5)
+    other = service.reads.get_replica_list("", "k", "other")  # still copying when late expires
+    assert service.remove("", "k", force=True) == OK
+    clock.advance(0.6)
+    service.sweep_expired_puts(clock())  # late's lease expires; other's keeps the bytes
+    assert service.unmount_segment("owner", "s1") == OK
+    assert service.reads.end_reads("late", [late.read_id]) == [ErrorCode.LEASE_EXPIRED]
+    assert service.reads.end_reads("other", [other.read_id]) == [OK]
+    service.check()
