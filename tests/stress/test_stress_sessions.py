@@ -2,28 +2,38 @@
 
 Weighted random operations run on a :class:`MasterService` with a FakeClock and small session
 limits (so every limit is hit): tagged and untagged puts and upserts, put end and revoke,
-attach, pin/unpin, update, close, get, list, remove, reads (leases), eviction passes, segment
-churn, client expiry, put sweeps and clock jumps. ``service.check()`` runs after every operation.
+attach, pin/unpin, update, close, get, list, remove, reads and existence checks by several
+clients and the ends of those reads, eviction passes, segment churn, client expiry, put sweeps
+and clock jumps. ``service.check()`` runs after every operation.
 
 The model keeps each session's members and pin flag. It predicts exactly every answer of attach,
 pin/unpin, update, close, get and list, and the admission verdict of every tagged write
 (INVALID_PARAMS / SESSION_LIMIT_EXCEEDED, which must change nothing). Write outcomes that depend
 on the allocator (OK or NO_AVAILABLE_HANDLE) are read from the service and applied.
 
+The model also keeps the reads: read holds (per reader, object and replica set, with a count
+and a deadline, expired lazily exactly where the master expires them), existence holds per
+(client, key), replicas retired while readers copy from them, late-read records and the
+buffers of preempted writes. It predicts every read, existence, EndReads, remove, PutEnd,
+PutRevoke and sweep answer, and the service's hold, retired, late and preempted counts and its
+allocated bytes.
+
 Objects can also vanish through eviction, which the model does not predict. After every
 operation it reconciles: each object that disappeared without the operation explaining it must
-have been evictable when the operation began (readable, no write in flight, no live lease), the
-operation must be one that may evict, a soft-pinned object (TTL pin or any pinned session) may
-go only if soft-pinned eviction is allowed and only after every ordinary evictable object went,
-and the eviction counters move by exactly what disappeared. The vanished objects' memberships
-are then dropped from the model, with every session they empty.
+have been evictable when the operation began (readable, no write in flight, no reader on any of
+its replicas), the operation must be one that may evict, a soft-pinned object (TTL pin or any
+pinned session) may go only if soft-pinned eviction is allowed, soft-pinned or existence-held
+objects only after every ordinary evictable object went, and the eviction counters move by
+exactly what disappeared. The vanished objects' memberships are then dropped from the model,
+with every session they empty, and their replicas are freed (or retired for their readers).
 
 After every operation the model and the service must agree on the whole registry: the set of
 sessions, each one's pin flag and member count, and each object's sessions.
 
 An admitted tagged write holds the existing sessions it names until it has registered: when its
 own eviction or preemption takes a held session's last member, the session survives with its pin.
-An upsert never evicts its own object to make room for itself.
+An upsert never evicts its own object to make room for itself; an upsert under readers
+reallocates and retires the old replicas.
 """
 
 from __future__ import annotations
@@ -39,7 +49,8 @@ from mooncake_py.master.clock import FakeClock
 from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.service.facade import MasterService
 from mooncake_py.master.state.objects import ObjectMetadata
-from mooncake_py.types import ReplicateConfig, SegmentInfo, SoftPinAction
+from mooncake_py.master.state.reads import LATE_READ_MEMORY_S
+from mooncake_py.types import PutStartResult, ReplicateConfig, SegmentInfo, SoftPinAction
 
 OPS = 3000
 KEYS = [f"k{i:02d}" for i in range(40)]
@@ -47,6 +58,8 @@ SESSIONS = [f"s{i:02d}" for i in range(10)]  # more than MAX_SESSIONS
 BAD_IDS = ["", "bad\0id", "x" * 4097]
 WRITERS = ["w0", "w1"]
 OWNERS = ["c0", "c1", "c2"]
+# Readers: two that never heartbeat, and a segment owner whose expiry ends its reads.
+READERS = ["r0", "r1", "c1"]
 SEGMENT_BYTES = 24 * 1024
 SIZES = [512, 1024, 2048, 4096, 8192]
 
@@ -57,6 +70,9 @@ MAX_BATCH = 8
 
 TTL_S = 40.0
 LEASE_MS = 2000
+LEASE_S = LEASE_MS / 1000
+END_AT_ONCE = 0.3  # a read whose reader ends it right away
+MAX_ISSUED = 200  # reads remembered for a later EndReads
 DISCARD_S = 4.0
 RELEASE_S = 15.0
 SOFT_PIN_DEFAULT_MS = 6000
@@ -85,6 +101,7 @@ WEIGHTS = {
     "list": 4,
     "remove": 5,
     "read": 6,
+    "end_read": 4,
     "evict": 4,
     "advance": 8,
     "sweep": 3,
@@ -96,6 +113,8 @@ WEIGHTS = {
 
 # Operations that may evict: writes that need room, and watermark passes.
 EVICTING_OPS = {"put", "upsert", "evict"}
+# Operations whose call expires due read and existence holds before anything else.
+EXPIRING_OPS = {"put", "upsert", "put_end", "revoke", "remove", "end_read", "evict", "sweep"}
 
 OK = ErrorCode.OK
 INVALID = ErrorCode.INVALID_PARAMS
@@ -104,6 +123,8 @@ SESSION_NOT_FOUND = ErrorCode.SESSION_NOT_FOUND
 NOT_FOUND = ErrorCode.OBJECT_NOT_FOUND
 EXISTS = ErrorCode.OBJECT_ALREADY_EXISTS
 NO_HANDLE = ErrorCode.NO_AVAILABLE_HANDLE
+LEASE_EXPIRED = ErrorCode.LEASE_EXPIRED
+INVALID_WRITE = ErrorCode.INVALID_WRITE
 
 
 def valid_id(session_id: str) -> bool:
@@ -117,18 +138,71 @@ class Session:
 
 
 @dataclasses.dataclass(frozen=True)
+class Rep:
+    """One replica: ``size`` bytes at ``offset`` in segment ``seg``."""
+
+    id: int
+    seg: str
+    offset: int
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Seen:
     """An object as it was when an operation began."""
 
     meta: ObjectMetadata  # identity (kept alive so ``is`` comparisons stay meaningful)
     readable: bool
     writing: bool
-    lease_timeout: float
     soft_deadline: float
     client: str
     start: float
     size: int
     segments: frozenset[str]
+    reps: tuple[Rep, ...]
+    write_id: int
+
+
+@dataclasses.dataclass
+class Hold:
+    """Reads by one client of one object through one set of replicas."""
+
+    client: str
+    key: str
+    reps: tuple[Rep, ...]
+    deadline: float
+    count: int = 1
+
+
+@dataclasses.dataclass
+class Late:
+    """A hold that expired before its reader ended it."""
+
+    client: str
+    reps: tuple[Rep, ...]
+    expired_at: float
+    clobbered: bool = False
+
+
+@dataclasses.dataclass
+class Watch:
+    """A freed range late readers may still copy from; the next allocation overlapping it
+    clobbers their records."""
+
+    seg: str
+    start: int
+    end: int
+    late_ids: set[int]
+
+
+@dataclasses.dataclass
+class Preempted:
+    """A preempted write's buffers, kept until its writer stops or its release time."""
+
+    writer: str
+    key: str
+    reps: list[Rep]
+    release_at: float
 
 
 class Model:
@@ -170,9 +244,31 @@ class Model:
                 "lost_to_segments",
                 "swept",
                 "held_sessions",
+                "retired",
+                "retired_freed",
+                "preempt_stopped",
+                "upsert_under_read",
+                "expired_holds",
+                "late_ok",
+                "late_clobbered",
+                "exist_checks",
             ],
             0,
         )
+        # Read holds by id, the reads in flight through each replica, and every read answered
+        # OK (reader, read id) until its reader ends it.
+        self.holds: dict[int, Hold] = {}
+        self.readers: dict[int, int] = {}
+        self.last_read_id = 0
+        self.expired_holds = 0
+        self.issued: list[tuple[str, int]] = []
+        # Replicas no object owns any more, kept until their last reader is done.
+        self.retired: dict[int, Rep] = {}
+        self.late: dict[int, Late] = {}
+        self.watches: list[Watch] = []
+        self.exists: dict[tuple[str, str], float] = {}  # (client, key) -> deadline
+        self.preempted: dict[int, Preempted] = {}  # by write id
+        self.last_write_id = 0
         for owner in OWNERS:
             self.mount(owner)
 
@@ -228,14 +324,142 @@ class Model:
                 meta=meta,
                 readable=meta.is_readable(),
                 writing=meta.is_writing(),
-                lease_timeout=meta.lease_timeout,
                 soft_deadline=meta.soft_pin_deadline,
                 client=meta.client_id,
                 start=meta.put_start_time,
                 size=meta.size,
                 segments=frozenset(r.segment_id for r in meta.replicas),
+                reps=tuple(Rep(r.id, r.segment_id, r.offset, r.size) for r in meta.replicas),
+                write_id=meta.write_id,
             )
         return seen
+
+    # -- reads, holds and the memory they keep ---------------------------------------------
+
+    def is_read(self, seen: Seen) -> bool:
+        """A hold (expired lazily, as the master does) covers one of its replicas."""
+        return any(r.id in self.readers for r in seen.reps)
+
+    def is_checked(self, key: str) -> bool:
+        return any(k == key for _, k in self.exists)
+
+    def free(self, rep: Rep) -> None:
+        """``rep``'s memory goes back; its late readers now watch the range for reuse."""
+        late_ids = {i for i, late in self.late.items() if rep in late.reps}
+        if late_ids:
+            self.watches.append(Watch(rep.seg, rep.offset, rep.offset + rep.size, late_ids))
+
+    def retire_or_free(self, rep: Rep) -> None:
+        """``rep`` left its object: kept for its readers, or freed at once."""
+        if rep.id in self.readers:
+            self.retired[rep.id] = rep
+            self.events["retired"] += 1
+        else:
+            self.free(rep)
+
+    def clobber(self, late_ids: set[int]) -> None:
+        for late_id in late_ids:
+            if late_id in self.late:
+                self.late[late_id].clobbered = True
+
+    def allocated(self, reps: list[Rep]) -> None:
+        """New replicas were handed out: late reads of overlapping freed ranges are clobbered."""
+        for rep in reps:
+            hit = [
+                w
+                for w in self.watches
+                if w.seg == rep.seg and w.start < rep.offset + rep.size and rep.offset < w.end
+            ]
+            for watch in hit:
+                self.clobber(watch.late_ids)
+            self.watches = [w for w in self.watches if w not in hit]
+
+    def release_reads(self, hold: Hold, times: int) -> None:
+        for rep in hold.reps:
+            left = self.readers[rep.id] - times
+            if left:
+                self.readers[rep.id] = left
+                continue
+            del self.readers[rep.id]
+            retired = self.retired.pop(rep.id, None)
+            if retired is not None:
+                self.free(retired)
+                self.events["retired_freed"] += 1
+
+    def expire(self, now: float) -> None:
+        """The master's expiry at ``now``: holds past their deadline end (leaving late-read
+        records), lapsed existence holds and old late records go."""
+        for hold_id, hold in [(i, h) for i, h in self.holds.items() if h.deadline <= now]:
+            self.late[hold_id] = Late(hold.client, hold.reps, now)
+            del self.holds[hold_id]
+            self.release_reads(hold, hold.count)
+            self.expired_holds += 1
+            self.events["expired_holds"] += 1
+        for held in [h for h, deadline in self.exists.items() if deadline <= now]:
+            del self.exists[held]
+        for late_id in [
+            i for i, x in self.late.items() if x.expired_at + LATE_READ_MEMORY_S <= now
+        ]:
+            del self.late[late_id]
+
+    def end_reads(self, client: str, read_ids: list[int]) -> None:
+        codes = self.service.reads.end_reads(client, read_ids)
+        self.expire(self.clock())
+        expected: list[ErrorCode] = []
+        for read_id in read_ids:
+            hold = self.holds.get(read_id)
+            late = self.late.get(read_id)
+            if hold is not None and hold.client == client:
+                hold.count -= 1
+                self.release_reads(hold, 1)
+                if hold.count == 0:
+                    del self.holds[read_id]
+                expected.append(OK)
+            elif late is not None and late.client == client:
+                del self.late[read_id]
+                self.events["late_clobbered" if late.clobbered else "late_ok"] += 1
+                expected.append(LEASE_EXPIRED if late.clobbered else OK)
+            else:
+                expected.append(LEASE_EXPIRED)
+        for code in codes:
+            self.record("end_read", code)
+        assert codes == expected, (client, read_ids, codes, expected)
+
+    def drop_segment(self, seg_id: str, before: dict[str, Seen]) -> None:
+        """A segment went away: what lived in it vanishes, and a late reader of a replica
+        still in it (an object's, one retired for other readers, or a freed range it
+        watched) can no longer trust what it copied."""
+        here = {r.id for s in before.values() for r in s.reps if r.seg == seg_id}
+        here |= {i for i, r in self.retired.items() if r.seg == seg_id}
+        for late in self.late.values():
+            if any(r.id in here for r in late.reps):
+                late.clobbered = True
+        for watch in self.watches:
+            if watch.seg == seg_id:
+                self.clobber(watch.late_ids)
+        self.watches = [w for w in self.watches if w.seg != seg_id]
+        for rid in [i for i, r in self.retired.items() if r.seg == seg_id]:
+            del self.retired[rid]
+        for write_id, preempted in list(self.preempted.items()):
+            preempted.reps = [r for r in preempted.reps if r.seg != seg_id]
+            if not preempted.reps:
+                del self.preempted[write_id]
+        self.dropped.add(seg_id)
+
+    def preempt(self, key: str, old: Seen) -> None:
+        """``old``'s write in flight is replaced: its buffers wait for its writer to stop."""
+        assert old.writing and old.write_id
+        self.preempted[old.write_id] = Preempted(
+            old.client, key, list(old.reps), old.start + RELEASE_S
+        )
+        self.preempted_keys.add(key)
+
+    def started(self, result: PutStartResult) -> None:
+        """A start answered OK: a fresh write id, and new replicas to account for."""
+        assert result.code == OK
+        assert result.write_id > self.last_write_id, "stale write id"
+        self.last_write_id = result.write_id
+        self.allocations = [Rep(r.id, r.segment_id, r.offset, r.size) for r in result.replicas]
 
     def mount(self, owner: str) -> None:
         self.incarnation += 1
@@ -260,6 +484,10 @@ class Model:
         op = self.rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
         self.counts[op] += 1
         now = self.clock()
+        if op in EXPIRING_OPS:
+            # The call expires due holds before anything else: the model does it first, so
+            # its verdicts see what the call will see.
+            self.expire(now)
         before = self.snapshot()
         pinned_before = {k: self.key_pinned(k) for k in before}
         stats_before = self.service.stats()
@@ -271,6 +499,13 @@ class Model:
         # eviction it caused): (key, session ids).
         self.pending: tuple[str, list[str]] | None = None
         self.pins_before = {sid: s.pinned for sid, s in self.sessions.items()}
+        # What the op did to replicas, for the memory accounting: segments it dropped, keys
+        # whose write in flight it preempted, replicas it allocated, an upsert's old replicas
+        # (let go after its allocation).
+        self.dropped: set[str] = set()
+        self.preempted_keys: set[str] = set()
+        self.allocations: list[Rep] = []
+        self.own_old: set[Rep] = set()
         getattr(self, f"op_{op}")(now, before)
         self.reconcile(op, now, before, pinned_before, stats_before)
         self.compare()
@@ -318,7 +553,8 @@ class Model:
     def op_put(self, now: float, before: dict[str, Seen]) -> None:
         key, size, tags, cfg = self.write_args()
         writer = self.rng.choice(WRITERS)
-        code = self.service.put_start(writer, "", key, size, cfg).code
+        result = self.service.put_start(writer, "", key, size, cfg)
+        code = result.code
         self.record("put", code)
         old = before.get(key)
         stale = old is not None and not old.readable and old.start + DISCARD_S < now
@@ -333,12 +569,14 @@ class Model:
         if old is not None:
             # A stale write: preempted, and its memberships end with it.
             self.events["preempted"] += 1
+            self.preempt(key, old)
             self.drop_key(key)
             self.explained.add(key)
         assert code in (OK, NO_HANDLE), ErrorCode.name_of(code)
         meta = self.service.object_of("", key)
         if code == OK:
             assert meta is not None and meta.is_writing() and meta.size == size
+            self.started(result)
             self.pending = (key, tags or [])
         else:
             assert meta is None
@@ -346,7 +584,8 @@ class Model:
     def op_upsert(self, now: float, before: dict[str, Seen]) -> None:
         key, size, tags, cfg = self.write_args()
         writer = self.rng.choice(WRITERS)
-        code = self.service.upsert_start(writer, "", key, size, cfg).code
+        result = self.service.upsert_start(writer, "", key, size, cfg)
+        code = result.code
         self.record("upsert", code)
         if not self.admitted("upsert", key, tags, code, set(before)):
             return
@@ -355,29 +594,36 @@ class Model:
         if old is None:
             assert code in (OK, NO_HANDLE), ErrorCode.name_of(code)
             assert (meta is not None) == (code == OK)
-        elif old.readable and old.lease_timeout > now:
-            assert code == ErrorCode.OBJECT_REPLICA_BUSY, ErrorCode.name_of(code)
-            self.may_evict = False
-            return
         elif old.writing:
             # Preempts the write in flight; the memberships carry over to the new write.
             assert code in (OK, NO_HANDLE), ErrorCode.name_of(code)
+            self.preempt(key, old)
             if code != OK:
                 assert meta is None
                 self.drop_key(key)
                 self.explained.add(key)
                 return
-        elif old.size == size:
+        elif old.size == size and not self.is_read(old):
             assert code == OK, ErrorCode.name_of(code)
             assert meta is old.meta  # rewritten in place
+            assert [(r.id, r.offset) for r in meta.replicas] == [(r.id, r.offset) for r in old.reps]
+            # Late readers of these bytes can no longer trust what they copied.
+            for late in self.late.values():
+                if set(late.reps) & set(old.reps):
+                    late.clobbered = True
             self.may_evict = False
         else:
-            # Reallocated: it may evict others, never itself; refused, it changes nothing.
+            # Reallocated (a new size, or readers copy the old bytes, which are then retired):
+            # it may evict others, never itself; refused, it changes nothing.
             assert code in (OK, NO_HANDLE), ErrorCode.name_of(code)
-            assert meta is old.meta
+            assert meta is old.meta, "the upsert lost its own object (evicted with its group?)"
             self.protected.add(key)
+            if code == OK:
+                self.own_old = set(old.reps)
+                self.events["upsert_under_read"] += int(old.size == size)
         if code == OK:
             assert meta is not None and meta.is_writing() and meta.size == size
+            self.started(result)
             self.pending = (key, tags or [])
 
     def pick_key(self, before: dict[str, Seen], writing: bool | None = None) -> str:
@@ -387,21 +633,57 @@ class Model:
             return self.rng.choice(fitting)
         return self.rng.choice(KEYS)
 
+    def pick_write_id(self, old: Seen | None) -> tuple[int, str | None]:
+        """(write id, its writer when it names a preempted write): mostly 0 (the client's
+        write in flight), sometimes the write's own id or a preempted write's."""
+        roll = self.rng.random()
+        if roll < 0.15 and self.preempted:
+            write_id, preempted = self.rng.choice(sorted(self.preempted.items()))
+            return write_id, preempted.writer
+        if roll < 0.4 and old is not None:
+            return old.write_id, None
+        return 0, None
+
+    def finish(self, writer: str, key: str, write_id: int, old: Seen | None, revoke: bool) -> int:
+        """What PutEnd / PutRevoke must answer."""
+        preempted = self.preempted.get(write_id) if write_id else None
+        if preempted is not None and preempted.writer == writer:
+            del self.preempted[write_id]  # its writer stopped: the buffers come back now
+            self.events["preempt_stopped"] += 1
+            return INVALID_WRITE
+        if old is None:
+            return NOT_FOUND
+        if old.client != writer:
+            return ErrorCode.ILLEGAL_CLIENT
+        if write_id and old.write_id != write_id:
+            return OK if old.readable and not old.writing and not revoke else INVALID_WRITE
+        if not old.writing:
+            return OK if old.readable and not revoke else INVALID_WRITE
+        if revoke:
+            self.must_go.add(key)  # every replica of a write in flight goes
+        return OK
+
     def op_put_end(self, now: float, before: dict[str, Seen]) -> None:
         key = self.pick_key(before, writing=True)
         old = before.get(key)
         writer = old.client if old is not None and self.rng.random() < 0.9 else "w0"
-        self.record("put_end", self.service.put_end(writer, "", key))
+        write_id, owner = self.pick_write_id(old)
+        writer = owner or writer
+        code = self.service.put_end(writer, "", key, write_id)
+        self.record("put_end", code)
+        expected = self.finish(writer, key, write_id, old, revoke=False)
+        assert code == expected, (key, writer, write_id, code, expected)
 
     def op_revoke(self, now: float, before: dict[str, Seen]) -> None:
         key = self.pick_key(before, writing=True)
         old = before.get(key)
         writer = old.client if old is not None else "w0"
-        code = self.service.put_revoke(writer, "", key)
+        write_id, owner = self.pick_write_id(old)
+        writer = owner or writer
+        code = self.service.put_revoke(writer, "", key, write_id)
         self.record("revoke", code)
-        if code == OK:
-            assert old is not None and old.writing
-            self.must_go.add(key)
+        expected = self.finish(writer, key, write_id, old, revoke=True)
+        assert code == expected, (key, writer, write_id, code, expected)
 
     def op_remove(self, now: float, before: dict[str, Seen]) -> None:
         key = self.pick_key(before)
@@ -413,7 +695,7 @@ class Model:
             expected = NOT_FOUND
         elif old.writing:
             expected = ErrorCode.REPLICA_IS_NOT_READY
-        elif not force and old.lease_timeout > now:
+        elif not force and (self.is_read(old) or self.is_checked(key)):
             expected = ErrorCode.OBJECT_HAS_LEASE
         else:
             expected = OK
@@ -423,15 +705,64 @@ class Model:
 
     def op_read(self, now: float, before: dict[str, Seen]) -> None:
         key = self.pick_key(before, writing=False)
-        code = self.service.get_replica_list("", key).code
-        self.record("read", code)
+        reader = self.rng.choice(READERS)
         old = before.get(key)
+        if self.rng.random() < 0.25:
+            # An existence check: a found key is held for this client until it reads it.
+            found = self.service.reads.exist_key("", key, reader)
+            assert found == int(old is not None and old.readable), (key, found)
+            if found:
+                previous = self.exists.get((reader, key), 0.0)
+                self.exists[(reader, key)] = max(previous, now + LEASE_S)
+                self.events["exist_checks"] += 1
+            return
+        result = self.service.reads.get_replica_list("", key, reader)
+        code = result.code
+        self.record("read", code)
         if old is None:
             assert code == NOT_FOUND
         elif not old.readable:
             assert code == ErrorCode.REPLICA_IS_NOT_READY
         else:
             assert code == OK
+            assert [r.id for r in result.replicas] == [r.id for r in old.reps]
+            shared = [
+                i
+                for i, h in self.holds.items()
+                if h.client == reader and h.key == key and h.reps == old.reps
+            ]
+            if shared:
+                # Reads of one object by one client through the same replicas share a hold.
+                assert result.read_id == shared[0]
+                hold = self.holds[result.read_id]
+                hold.count += 1
+                hold.deadline = max(hold.deadline, now + LEASE_S)
+            else:
+                assert result.read_id > self.last_read_id
+                self.last_read_id = result.read_id
+                self.holds[result.read_id] = Hold(reader, key, old.reps, now + LEASE_S)
+            for rep in old.reps:
+                self.readers[rep.id] = self.readers.get(rep.id, 0) + 1
+            self.exists.pop((reader, key), None)  # the read takes the check's hold over
+            if self.rng.random() < END_AT_ONCE:
+                self.end_reads(reader, [result.read_id])
+            else:
+                self.issued = [*self.issued[-MAX_ISSUED:], (reader, result.read_id)]
+
+    def op_end_read(self, now: float, before: dict[str, Seen]) -> None:
+        if not self.issued or self.rng.random() < 0.05:
+            self.end_reads(self.rng.choice(READERS), [self.last_read_id + 1000])  # unknown
+            return
+        reader, read_id = self.rng.choice(self.issued)
+        if self.rng.random() < 0.1:
+            # Another client cannot end this one's reads.
+            self.end_reads(self.rng.choice([r for r in READERS if r != reader]), [read_id])
+            return
+        mine = [e for e in self.issued if e[0] == reader and e != (reader, read_id)]
+        batch = [(reader, read_id), *self.rng.sample(mine, min(len(mine), self.rng.randint(0, 2)))]
+        for entry in batch:
+            self.issued.remove(entry)
+        self.end_reads(reader, [i for _, i in batch])
 
     # -- session calls ---------------------------------------------------------------------
 
@@ -573,8 +904,12 @@ class Model:
         self.clock.advance(self.rng.choice([0.5, 1.0, 2.0, 3.0, 5.0, 8.0]))
 
     def op_sweep(self, now: float, before: dict[str, Seen]) -> None:
-        self.service.sweep_expired_puts(now)
+        freed = self.service.sweep_expired_puts(now)
         swept = {k for k, s in before.items() if s.writing and s.start + RELEASE_S <= now}
+        due = [w for w, p in self.preempted.items() if p.release_at <= now]
+        expected = sum(len(before[k].reps) for k in swept)
+        expected += sum(len(self.preempted.pop(w).reps) for w in due)
+        assert freed == expected, (freed, expected)
         self.events["swept"] += len(swept)
         self.must_go |= swept
 
@@ -586,6 +921,14 @@ class Model:
             if seg_id is not None:
                 lost.add(seg_id)
                 self.segment_of[owner] = None
+                self.drop_segment(seg_id, before)
+            # Its reads and existence holds end with it (no late records).
+            for read_id, hold in list(self.holds.items()):
+                if hold.client == owner:
+                    del self.holds[read_id]
+                    self.release_reads(hold, hold.count)
+            for held in [h for h in self.exists if h[0] == owner]:
+                del self.exists[held]
         self.events["reaped_owners"] += len(expired)
         doomed = {k for k, s in before.items() if s.segments <= lost}
         self.events["lost_to_segments"] += len(doomed)
@@ -610,6 +953,7 @@ class Model:
         assert seg_id is not None
         assert self.service.unmount_segment(owner, seg_id) == OK
         self.segment_of[owner] = None
+        self.drop_segment(seg_id, before)
         doomed = {k for k, s in before.items() if s.segments <= {seg_id}}
         self.events["lost_to_segments"] += len(doomed)
         self.must_go |= doomed
@@ -633,20 +977,24 @@ class Model:
 
         def evictable(key: str) -> bool:
             seen = before[key]
-            return seen.readable and not seen.writing and seen.lease_timeout <= now
+            return seen.readable and not seen.writing and not self.is_read(seen)
 
         def soft(key: str) -> bool:
             return pinned_before[key] or before[key].soft_deadline > now
 
+        def fallback(key: str) -> bool:
+            # Soft pinned, or found by an existence check: only once the others are gone.
+            return soft(key) or self.is_checked(key)
+
         for key in evicted:
             assert evictable(key), (op, key, before[key])
         pinned_gone = {k for k in evicted if soft(k)}
-        if pinned_gone:
-            assert self.allow_soft, (op, sorted(pinned_gone))
+        assert self.allow_soft or not pinned_gone, (op, sorted(pinned_gone))
+        if any(fallback(k) for k in evicted):
             self.events["fallback_checks"] += 1
             # The fallback comes only after every ordinary evictable object went.
             for key, seen in before.items():
-                if evictable(key) and not soft(key) and key not in self.protected:
+                if evictable(key) and not fallback(key) and key not in self.protected:
                     assert self.service.object_of("", key) is not seen.meta, (op, key)
         stats = self.service.stats()
         assert stats["evicted_objects"] - stats_before["evicted_objects"] == len(evicted)
@@ -657,6 +1005,7 @@ class Model:
         self.events["evicted_pinned"] += len(pinned_gone)
         for key in gone:
             self.drop_key(key)
+        self.account_replicas(before)
         if self.pending is not None:
             key, tags = self.pending
             for sid in dict.fromkeys(tags):
@@ -667,8 +1016,48 @@ class Model:
                     self.sessions[sid].pinned = self.pins_before[sid]
                     self.events["held_sessions"] += 1
 
+    def account_replicas(self, before: dict[str, Seen]) -> None:
+        """Replicas that left their objects during the op: those of dropped segments
+        vanished, a preempted write's wait for its writer, the rest are freed or retired for
+        their readers. Frees by eviction come before the op's allocation, an upsert's old
+        replicas after it."""
+        for key, seen in before.items():
+            meta = self.service.object_of("", key)
+            if meta is not seen.meta:
+                # Erased (a new object may have taken its key): its existence holds ended.
+                for held in [h for h in self.exists if h[1] == key]:
+                    del self.exists[held]
+            kept = {r.id for r in meta.replicas} if meta is seen.meta else set()
+            for rep in seen.reps:
+                if rep.id in kept or rep.seg in self.dropped or rep in self.own_old:
+                    continue
+                if key in self.preempted_keys:
+                    continue  # kept for the preempted writer (see preempt)
+                self.retire_or_free(rep)
+        self.allocated(self.allocations)
+        for rep in self.own_old:
+            self.retire_or_free(rep)
+
     def compare(self) -> None:
-        """The service's registry equals the model's, session by session and key by key."""
+        """The service's registry equals the model's, session by session and key by key;
+        its read, retired and preempted bookkeeping and its memory equal the model's."""
+        stats = self.service.stats()
+        assert stats["read_holds"] == len(self.holds)
+        assert stats["reads_in_flight"] == sum(h.count for h in self.holds.values())
+        assert stats["existence_holds"] == len(self.exists)
+        assert stats["late_reads"] == len(self.late)
+        assert stats["expired_read_holds"] == self.expired_holds
+        assert stats["retired_buffers"] == len(self.retired)
+        assert stats["preempted_buffers"] == sum(len(p.reps) for p in self.preempted.values())
+        live = sum(m.size * len(m.replicas) for m in self.service._state.objects)  # noqa: SLF001
+        kept = sum(r.size for r in self.retired.values())
+        held = sum(r.size for p in self.preempted.values() for r in p.reps)
+        assert stats["allocated_bytes"] == live + kept + held  # sizes are 64-byte aligned
+        for key in KEYS:
+            meta = self.service.object_of("", key)
+            if meta is not None:
+                read = any(r.id in self.readers for r in meta.replicas)
+                assert self.service.is_leased("", key) == (read or self.is_checked(key)), key
         assert len(self.service._state.sessions) == len(self.sessions)  # noqa: SLF001
         for sid, session in self.sessions.items():
             code, found = self.service.sessions.get_kv_session("", sid)
@@ -706,3 +1095,11 @@ def test_random_session_ops_match_the_model(seed: int, allow_soft: bool) -> None
     if allow_soft:
         assert model.events["evicted_pinned"] > 0
     assert model.events["list_walks"] > 20
+    # And the reads: ended in time, ended late (intact or clobbered), never ended, retired
+    # replicas, existence checks, preempted writers stopping.
+    assert codes.get(("end_read", 0), 0) > 20
+    assert codes.get(("end_read", int(LEASE_EXPIRED)), 0) > 0
+    assert codes.get(("remove", int(ErrorCode.OBJECT_HAS_LEASE)), 0) > 0
+    for event in ("expired_holds", "late_ok", "late_clobbered", "retired", "retired_freed"):
+        assert model.events[event] > 0, event
+    assert model.events["exist_checks"] > 0 and model.events["preempt_stopped"] > 0
