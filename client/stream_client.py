@@ -5,13 +5,10 @@ connection, sends one frame, reads one frame, and gives the connection back. No 
 sits between the caller and the socket, so a small call costs about one socket round trip plus
 the message encoding.
 
-One-way sends (:meth:`ChannelClient.send_one_way`) write a frame with the framing's
-``ONE_WAY_CALL_ID``: the master runs the call and answers nothing. The frame is not written on
-its own: it waits on an idle connection, and whichever call takes that connection next sends
-it in the same write as its own request (one system call, and one wakeup of the master, for
-both). A background thread writes one-way frames that waited ``ONE_WAY_FLUSH_S`` with no call
-to carry them, and closing the client writes what is left, so they are delayed by at most that
-much. With no idle connection the frame is written at once on a new one.
+One-way sends (:meth:`ChannelClient.send_one_way`) take a connection, write one frame with the
+framing's ``ONE_WAY_CALL_ID`` and give the connection back without waiting: the master runs
+the call and answers nothing. (Holding such frames back to send them with the next call was
+measured slower: the background writer it needs costs more than the write it saves.)
 
 **Ordering**: the next call *the same thread* makes goes over the connection its one-way frame
 went to (the thread's next call asks for that connection even when another thread, e.g. the
@@ -23,7 +20,6 @@ the key unleased. Calls of *other* threads are not ordered after it.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import socket
 import threading
@@ -38,8 +34,6 @@ from mooncake_py._wire.frames import (
 )
 
 CONNECT_TIMEOUT_S = 5.0
-ONE_WAY_FLUSH_S = 0.001
-"""Longest a one-way frame waits for a call to carry it before it is written on its own."""
 
 
 class ChannelError(Exception):
@@ -69,11 +63,6 @@ class ChannelClient:
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
         self._waiters = 0
-        # One-way frames waiting on idle connections: connection -> (since, frames). Only idle
-        # connections have an entry: taking a connection takes its frames along.
-        self._pending: dict[socket.socket, tuple[float, bytearray]] = {}
-        self._pending_added = threading.Condition(self._lock)
-        self._flusher: threading.Thread | None = None
         # Per thread: the connection its last one-way send used, which its next call takes.
         self._local = threading.local()
         # Never ONE_WAY_CALL_ID: ids run over 0 .. 0xFFFFFFFE.
@@ -87,11 +76,10 @@ class ChannelClient:
             OSError: the connection failed (whether the master ran the call is unknown).
             ChannelError: the master answered with a non-zero status.
         """
-        sock, carried = self._take()
+        sock = self._take()
         call_id = next(self._call_ids) % ONE_WAY_CALL_ID
         try:
-            frame = request_frame(call_id, name, payload)
-            sock.sendall(carried + frame if carried else frame)
+            sock.sendall(request_frame(call_id, name, payload))
             answered_id, status, body = read_response(sock)
             while answered_id == ONE_WAY_CALL_ID:
                 # A master that predates one-way frames answers them anyway: skip that answer.
@@ -108,91 +96,26 @@ class ChannelClient:
         return body
 
     def send_one_way(self, name: bytes, payload: bytes) -> None:
-        """Send one request the master runs without answering, without waiting for anything.
+        """Send one request the master runs without answering; returns once it is written.
 
-        The frame goes out with the next call on its connection, or within ``ONE_WAY_FLUSH_S``
-        (see the module docstring); the calling thread's next :meth:`call` runs on the master
-        after it. Nothing tells whether the master ran it.
+        The calling thread's next :meth:`call` runs on the master after this one (see the
+        module docstring). Nothing tells whether the master ran it.
 
         Raises:
             ConnectionError: the client is closed.
-            OSError: no connection was idle and a new one failed (the call was not sent).
+            OSError: the connection failed (the master may or may not have run the call).
         """
-        frame = one_way_frame(name, payload)
-        with self._lock:
-            if self._closed:
-                raise ConnectionError("stream channel is closed")
-            if self._idle:
-                sock = self._idle[-1]  # the connection the next call takes (LIFO)
-                waiting = self._pending.get(sock)
-                if waiting is None:
-                    self._pending[sock] = (time.monotonic(), bytearray(frame))
-                    self._start_flusher()
-                    self._pending_added.notify()
-                else:
-                    waiting[1].extend(frame)
-                self._local.follow = sock
-                return
-        sock, carried = self._take()
+        sock = self._take()
         try:
-            sock.sendall(carried + frame if carried else frame)
+            sock.sendall(one_way_frame(name, payload))
         except BaseException:
             self._discard(sock)
             raise
         self._local.follow = sock
         self._give_back(sock)
 
-    def _start_flusher(self) -> None:
-        """Start the thread that writes one-way frames no call carried. Holds the lock."""
-        if self._flusher is None:
-            self._flusher = threading.Thread(
-                target=self._flush_loop, name="mooncake-stream-flush", daemon=True
-            )
-            self._flusher.start()
-
-    def _flush_loop(self) -> None:
-        """Write the one-way frames that waited ``ONE_WAY_FLUSH_S`` on an idle connection."""
-        with self._lock:
-            while not self._closed:
-                if not self._pending:
-                    self._pending_added.wait()
-                    continue
-                now = time.monotonic()
-                oldest = min(since for since, _ in self._pending.values())
-                if oldest + ONE_WAY_FLUSH_S > now:
-                    self._pending_added.wait(oldest + ONE_WAY_FLUSH_S - now)
-                    continue
-                due = [
-                    sock
-                    for sock, (since, _) in self._pending.items()
-                    if since + ONE_WAY_FLUSH_S <= now
-                ]
-                batch = []
-                for sock in due:
-                    _, frames = self._pending.pop(sock)
-                    self._idle.remove(sock)
-                    batch.append((sock, frames))
-                self._lock.release()
-                sent = []
-                try:
-                    for sock, frames in batch:
-                        try:
-                            sock.sendall(frames)
-                            sent.append(sock)
-                        except OSError:
-                            sock.close()
-                finally:
-                    self._lock.acquire()
-                if self._closed:
-                    for sock in sent:
-                        sock.close()
-                    break
-                self._idle.extend(sent)
-                if self._waiters:
-                    self._returned.notify_all()
-
-    def _take(self) -> tuple[socket.socket, bytes]:
-        """A connection for one call, and the one-way frames waiting on it (sent first)."""
+    def _take(self) -> socket.socket:
+        """A connection for one call: the one this thread's last one-way send used, if any."""
         follow: socket.socket | None = getattr(self._local, "follow", None)
         with self._lock:
             if self._closed:
@@ -204,8 +127,7 @@ class ChannelClient:
             if taken is None and self._idle:
                 taken = self._idle.pop()
             if taken is not None:
-                waiting = self._pending.pop(taken, None)
-                return taken, bytes(waiting[1]) if waiting is not None else b""
+                return taken
         sock = socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT_S)
         sock.settimeout(self._timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -219,7 +141,7 @@ class ChannelClient:
             if status:
                 sock.close()
                 raise ChannelError(status, body.decode("utf-8", "replace"))
-        return sock, b""
+        return sock
 
     def _reclaim(self, sock: socket.socket) -> socket.socket | None:
         """Take ``sock`` out of the pool, waiting while another thread uses it; None when it
@@ -259,17 +181,10 @@ class ChannelClient:
                 self._returned.notify_all()
 
     def close(self) -> None:
-        """Write the one-way frames still waiting, close every pooled connection; later calls
-        raise ConnectionError."""
+        """Close every pooled connection; later calls raise ConnectionError."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-            pending, self._pending = self._pending, {}
             self._returned.notify_all()
-            self._pending_added.notify_all()
         for sock in idle:
-            waiting = pending.get(sock)
-            if waiting is not None:
-                with contextlib.suppress(OSError):
-                    sock.sendall(waiting[1])
             sock.close()
