@@ -169,10 +169,11 @@ class ReadService:
             readable = [m for m in metas if m is not None and m.readable]
             if len(readable) != len(metas):
                 return False
-            deadline = now + state.lease_ttl_s
             for meta in readable:
                 state.touch(meta, now)
-                state.reads.grant_exist(client_id, meta.object_id, deadline)
+            state.reads.grant_exist(
+                client_id, [m.object_id for m in readable], now + state.lease_ttl_s
+            )
             return True
 
     def _exists(self, tenant: str, keys: Sequence[str], client_id: str, hold: bool) -> list[int]:
@@ -182,19 +183,24 @@ class ReadService:
             return [invalid] * len(keys)
         state = self._state
         lookup = state.objects.get
+        touch = state.touch
         results: list[int] = []
         append = results.append
+        found: list[tuple[str, str]] = []
         with self._lock:
             now = self._clock()
-            deadline = now + state.lease_ttl_s
             for key in keys:
-                meta: ObjectMetadata | None = lookup((resolved, key))
+                object_id = (resolved, key)
+                meta: ObjectMetadata | None = lookup(object_id)
                 if meta is None or not meta.readable:
                     # Stored keys were valid when written; only misses need the check.
                     append(0 if valid_key(key) else invalid)
                     continue
                 if hold:
-                    state.touch(meta, now)
-                    state.reads.grant_exist(client_id, meta.object_id, deadline)
+                    if meta.fresh_until <= now or meta.group_id:
+                        touch(meta, now)
+                    found.append(object_id)
                 append(1)
+            if found:
+                state.reads.grant_exist(client_id, found, now + state.lease_ttl_s)
         return results

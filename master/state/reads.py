@@ -96,9 +96,13 @@ class ReadLeases:
         self._late: OrderedDict[int, LateRead] = OrderedDict()
         self._late_by_replica: dict[int, set[int]] = {}
         self._watches: dict[str, list[_Watch]] = {}
-        self._exists: dict[tuple[str, ObjectId], float] = {}
+        # Existence holds: client -> object -> deadline, and object -> clients holding it.
+        self._exists: dict[str, dict[ObjectId, float]] = {}
         self._exist_by_object: dict[ObjectId, dict[str, None]] = {}
-        self._exist_deadlines: list[tuple[float, str, ObjectId]] = []
+        # (earliest deadline, sequence, client, objects): one entry per call that added holds;
+        # renewals push nothing (an entry whose holds were renewed is pushed again).
+        self._exist_deadlines: list[tuple[float, int, str, list[ObjectId]]] = []
+        self._exist_seq = itertools.count()
         self.expired_holds = 0  # monotonic count, for metrics
 
     # -- read holds ------------------------------------------------------------------------
@@ -280,14 +284,22 @@ class ReadLeases:
             expired += 1
         exist_deadlines = self._exist_deadlines
         while exist_deadlines and exist_deadlines[0][0] <= now:
-            _, client_id, object_id = heapq.heappop(exist_deadlines)
-            deadline = self._exists.get((client_id, object_id))
-            if deadline is None:
-                continue
-            if deadline > now:
-                heapq.heappush(exist_deadlines, (deadline, client_id, object_id))
-                continue
-            self._drop_exist(client_id, object_id)
+            _, _, client_id, object_ids = heapq.heappop(exist_deadlines)
+            mine = self._exists.get(client_id, {})
+            renewed: list[ObjectId] = []
+            next_due = 0.0
+            for object_id in object_ids:
+                deadline = mine.get(object_id)
+                if deadline is None:
+                    continue
+                if deadline <= now:
+                    self._drop_exist(client_id, object_id)
+                else:  # renewed by a later check: look again then
+                    renewed.append(object_id)
+                    next_due = deadline if not next_due else min(next_due, deadline)
+            if renewed:
+                entry = (next_due, next(self._exist_seq), client_id, renewed)
+                heapq.heappush(exist_deadlines, entry)
         late = self._late
         while late:
             oldest_id, oldest = next(iter(late.items()))
@@ -321,21 +333,39 @@ class ReadLeases:
 
     # -- existence holds -------------------------------------------------------------------
 
-    def grant_exist(self, client_id: str, object_id: ObjectId, deadline: float) -> None:
-        """An existence check by ``client_id`` found ``object_id``: hold it until
-        ``deadline``, or until this client reads it."""
-        key = (client_id, object_id)
-        previous = self._exists.get(key)
-        if previous is None:
-            self._exist_by_object.setdefault(object_id, {})[client_id] = None
-            heapq.heappush(self._exist_deadlines, (deadline, client_id, object_id))
-            self._exists[key] = deadline
-        elif deadline > previous:
-            self._exists[key] = deadline
+    def grant_exist(self, client_id: str, object_ids: Sequence[ObjectId], deadline: float) -> None:
+        """An existence check by ``client_id`` found ``object_ids``: hold each until
+        ``deadline`` (never shortening a hold), or until this client reads it.
+
+        Complexity: O(len(object_ids)) dict operations and at most one heap push.
+        """
+        mine = self._exists.get(client_id)
+        if mine is None:
+            mine = self._exists[client_id] = {}
+        by_object = self._exist_by_object
+        added: list[ObjectId] = []
+        for object_id in object_ids:
+            previous = mine.get(object_id)
+            if previous is None:
+                mine[object_id] = deadline
+                holders = by_object.get(object_id)
+                if holders is None:
+                    by_object[object_id] = {client_id: None}
+                else:
+                    holders[client_id] = None
+                added.append(object_id)
+            elif deadline > previous:
+                mine[object_id] = deadline
+        if added:
+            entry = (deadline, next(self._exist_seq), client_id, added)
+            heapq.heappush(self._exist_deadlines, entry)
 
     def _drop_exist(self, client_id: str, object_id: ObjectId) -> None:
-        if self._exists.pop((client_id, object_id), None) is None:
+        mine = self._exists.get(client_id)
+        if mine is None or mine.pop(object_id, None) is None:
             return
+        if not mine:
+            del self._exists[client_id]
         checkers = self._exist_by_object[object_id]
         del checkers[client_id]
         if not checkers:
@@ -358,13 +388,13 @@ class ReadLeases:
 
     def drop_client(self, client_id: str) -> None:
         """``client_id`` is gone: its holds end now (it copies nothing any more).
-        O(its holds + existence holds)."""
+        O(its holds)."""
         for hold_id in list(self._by_client.get(client_id, ())):
             hold = self._holds[hold_id]
             self._drop_hold(hold)
             self._release_replicas(hold.replica_ids, hold.count)
-        for key in [k for k in self._exists if k[0] == client_id]:
-            self._drop_exist(*key)
+        for object_id in list(self._exists.get(client_id, ())):
+            self._drop_exist(client_id, object_id)
 
     def drop_segment(self, segment_id: str) -> None:
         """``segment_id`` is gone: its retired buffers and watches vanish with it, and late
@@ -391,7 +421,7 @@ class ReadLeases:
             "reads_in_flight": sum(h.count for h in self._holds.values()),
             "retired_buffers": len(self._retired),
             "late_reads": len(self._late),
-            "existence_holds": len(self._exists),
+            "existence_holds": sum(len(m) for m in self._exists.values()),
             "expired_read_holds": self.expired_holds,
         }
 
@@ -427,7 +457,10 @@ class ReadLeases:
         if late_index != self._late_by_replica:
             raise AssertionError("late-read index disagrees with the records")
         indexed: dict[ObjectId, set[str]] = {}
-        for client_id, object_id in self._exists:
-            indexed.setdefault(object_id, set()).add(client_id)
+        for client_id, mine in self._exists.items():
+            if not mine:
+                raise AssertionError(f"client {client_id!r} has an empty existence-hold map")
+            for object_id in mine:
+                indexed.setdefault(object_id, set()).add(client_id)
         if indexed != {o: set(c) for o, c in self._exist_by_object.items()}:
             raise AssertionError("existence-hold index disagrees with the holds")
