@@ -42,6 +42,7 @@ from mooncake_py.errors import (
     TransferError,
     UnavailableError,
 )
+from mooncake_py.numa import bind_to_numa_node
 from mooncake_py.types import (
     KvSessionInfo,
     KvSessionPage,
@@ -89,4 +90,5 @@ __all__ = [
     "TransferError",
     "UnavailableError",
     "__version__",
+    "bind_to_numa_node",
 ]
