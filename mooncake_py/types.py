@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
+from typing import Any
 
 
 class SoftPinAction(enum.IntEnum):
@@ -61,13 +63,33 @@ class ClientStatus(enum.IntEnum):
     NEED_REMOUNT = 2
 
 
+_UNSIGNED_FIELDS = frozenset({"replica_num", "soft_pin_ttl_ms"})
+
+
 @dataclasses.dataclass
 class ReplicateConfig:
     """Per-write placement and retention options, as upstream's ``ReplicateConfig``.
 
     Attributes are plain and mutable so that code written for upstream
-    (``cfg = ReplicateConfig(); cfg.replica_num = 2``) works unchanged.
+    (``cfg = ReplicateConfig(); cfg.replica_num = 2``) works unchanged. As upstream's binding,
+    an assignment (or constructor argument) that its C++ field cannot hold raises TypeError at
+    once: ``replica_num`` and ``soft_pin_ttl_ms`` take integers in ``[0, 2**64)`` (and
+    ``soft_pin_ttl_ms`` also None, meaning the master's default), so a bad value never reaches
+    a data call.
     """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _UNSIGNED_FIELDS and not (value is None and name == "soft_pin_ttl_ms"):
+            try:
+                number = operator.index(value)  # ints, and numpy integers, as pybind11 takes
+            except TypeError:
+                number = -1
+            if not 0 <= number < 1 << 64:
+                raise TypeError(
+                    f"ReplicateConfig.{name} takes an integer in [0, 2**64), not {value!r}"
+                )
+            value = number
+        object.__setattr__(self, name, value)
 
     replica_num: int = 1
     with_hard_pin: bool = False

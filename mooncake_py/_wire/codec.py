@@ -46,7 +46,8 @@ def encode_config(config: ReplicateConfig) -> pb.ReplicateConfig:
     entries; ``soft_pin_ttl_ms=None`` leaves the optional field unset.
     """
     message = pb.ReplicateConfig(
-        replica_num=config.replica_num,
+        # The field is 32-bit; anything larger is as invalid to the master as 2**32 - 1.
+        replica_num=min(config.replica_num, 0xFFFFFFFF),
         with_hard_pin=config.with_hard_pin,
         preferred_segments=config.preferred_segments,
         preferred_segment=config.preferred_segment,

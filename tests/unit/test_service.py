@@ -756,7 +756,18 @@ def test_no_segment_mounted_is_no_available_handle() -> None:
     service.check()
 
 
-@pytest.mark.parametrize("replica_num", [0, -1, 65])
+def test_a_replica_num_no_unsigned_field_holds_is_refused_on_assignment() -> None:
+    with pytest.raises(TypeError, match="replica_num"):
+        ReplicateConfig(replica_num=-1)
+    config = ReplicateConfig()
+    for bad in (-1, 1 << 64, 1.5, "2"):
+        with pytest.raises(TypeError, match="soft_pin_ttl_ms"):
+            config.soft_pin_ttl_ms = bad  # type: ignore[assignment]
+    config.soft_pin_ttl_ms = None
+    config.replica_num = (1 << 64) - 1  # held, and refused by the master (see below)
+
+
+@pytest.mark.parametrize("replica_num", [0, 65, (1 << 64) - 1])
 def test_bad_replica_num(replica_num: int) -> None:
     service, _ = make_service()
     mount(service, "owner", "s1")
@@ -802,7 +813,7 @@ def test_group_ids_must_match_the_keys() -> None:
         (SoftPinAction.DISABLE, 1000),
         (SoftPinAction.DISABLE, 0),
         (SoftPinAction.ENABLE, 86_400_001),
-        (SoftPinAction.ENABLE, -1),
+        (SoftPinAction.ENABLE, (1 << 64) - 1),  # (negative TTLs are refused on assignment)
         (7, None),
     ],
 )
