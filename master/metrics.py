@@ -1,4 +1,6 @@
-"""Observability: Prometheus metrics at ``/metrics`` and a JSON ``/health`` on ``--metrics_port``.
+"""Observability: Prometheus metrics at ``/metrics``, a JSON ``/health`` and upstream's
+``/get_all_segments`` (one mounted segment name per line, which SGLang's ``check_server`` and
+upstream's tools read) on ``--metrics_port``.
 
 Metric names follow upstream Mooncake's where they exist (``master_key_count``,
 ``master_allocated_bytes``, ``master_total_capacity_bytes``, ``master_active_clients``,
@@ -135,6 +137,13 @@ class _StoreCollector(Collector):
             )
 
 
+def segment_names_text(service: MasterService) -> str:
+    """Upstream's ``/get_all_segments`` body: each mounted segment's name on its own line
+    (a name several segments share appears once). O(segments)."""
+    names = dict.fromkeys(info.name for info, _, _, _ in service.segment_usage())
+    return "".join(f"{name}\n" for name in names)
+
+
 class _MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's backlog of 5 makes a connection beyond it wait for a SYN retry (a second)
@@ -143,7 +152,7 @@ class _MetricsHTTPServer(ThreadingHTTPServer):
 
 
 class MetricsServer:
-    """``/metrics`` and ``/health`` over HTTP on a background thread.
+    """``/metrics``, ``/health`` and ``/get_all_segments`` over HTTP on a background thread.
 
     Args:
         service: the service to report on.
@@ -163,6 +172,8 @@ class MetricsServer:
                 elif self.path.split("?")[0] == "/health":
                     body = {"status": "ok", "service_ready": True, "version": SERVICE_VERSION}
                     self._reply(200, "application/json", json.dumps(body).encode())
+                elif self.path.split("?")[0] == "/get_all_segments":
+                    self._reply(200, CONTENT_TYPE, segment_names_text(service).encode())
                 else:
                     self._reply(404, "text/plain", b"not found\n")
 

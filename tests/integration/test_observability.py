@@ -53,6 +53,22 @@ def test_metrics_follow_the_store(master: InProcessMaster, make_store) -> None: 
         assert json.loads(reply.read())["status"] == "ok"
 
 
+def test_get_all_segments_lists_each_mounted_segment_name(
+    master: InProcessMaster, make_store
+) -> None:  # type: ignore[no-untyped-def]
+    port = master._server.metrics_port  # noqa: SLF001 - the bound port
+    url = f"http://127.0.0.1:{port}/get_all_segments"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        assert reply.status == 200 and reply.read() == b""
+    stores = [make_store(master.address, 4 << 20) for _ in range(2)]
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        lines = reply.read().decode().splitlines()
+    assert sorted(lines) == sorted(s.get_hostname() for s in stores)
+    stores[0].close()
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        assert reply.read().decode().splitlines() == [stores[1].get_hostname()]
+
+
 def test_grpc_health_and_reflection(master: InProcessMaster) -> None:
     channel = grpc.insecure_channel(master.address)
     health = health_pb2_grpc.HealthStub(channel)
