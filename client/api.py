@@ -20,8 +20,9 @@ Existence checks: ``is_exist`` / ``batch_is_exist`` keep upstream's contract (a 
 can still be read next): each found key gets an *existence hold* for this client, which its
 next read of the key takes over. ``probe_key`` / ``batch_probe_key`` hold nothing.
 
-Zero-copy calls (``*_from``, ``*_into``) take raw addresses, which must lie inside a buffer
-registered with :meth:`Client.register_buffer`.
+Zero-copy calls (``*_from``, ``*_into``, and the ``*_multi_buffers`` batches, whose values are
+gathered from or scattered over several buffers per key) take raw addresses, which must lie
+inside a buffer registered with :meth:`Client.register_buffer`.
 
 Thread-safety: every method may be called from several threads at once.
 """
@@ -227,6 +228,33 @@ class Client:
         ``keys[i]``; an unregistered range fails its key with INVALID_PARAMS."""
         return self._write_from(keys, buffer_ptrs, sizes, config, False)
 
+    def batch_put_from_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        config: ReplicateConfig | None = None,
+    ) -> BatchResult[None]:
+        """Store under ``keys[i]`` the concatenation of the registered memory ranges
+        ``(all_buffer_ptrs[i][j], all_sizes[i][j])``, in order (one object gathered from
+        several buffers, e.g. one block per layer), without joining them first.
+
+        Per key: ok, or INVALID_PARAMS when its two lists differ in length, a size is negative,
+        a part is not inside a registered buffer, or it has no byte at all (parts of size 0
+        are skipped); otherwise as :meth:`batch_put_from`.
+
+        Raises:
+            InvalidParamsError: ``keys``, ``all_buffer_ptrs`` and ``all_sizes`` differ in
+                length, or a key is bad.
+        """
+        if not len(keys) == len(all_buffer_ptrs) == len(all_sizes):
+            raise _invalid("keys, all_buffer_ptrs and all_sizes differ in length")
+        parts = [
+            self._buffers.views(ptrs, sizes)
+            for ptrs, sizes in zip(all_buffer_ptrs, all_sizes, strict=True)
+        ]
+        return self._write_registered(keys, parts, config, False)
+
     def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> None:
         """Create or replace ``key``.
 
@@ -285,14 +313,29 @@ class Client:
         config: ReplicateConfig | None,
         upsert: bool,
     ) -> BatchResult[None]:
+        if not len(keys) == len(buffer_ptrs) == len(sizes):
+            raise _invalid("keys, buffer_ptrs and sizes differ in length")
+        views = [self._buffers.view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
+        return self._write_registered(
+            keys, [None if v is None else [v] for v in views], config, upsert
+        )
+
+    def _write_registered(
+        self,
+        keys: Sequence[str],
+        parts: Sequence[list[memoryview] | None],
+        config: ReplicateConfig | None,
+        upsert: bool,
+    ) -> BatchResult[None]:
+        """Write ``parts[i]`` (concatenated) under ``keys[i]``; a None entry (memory that is not
+        registered, or bad sizes) fails its key with INVALID_PARAMS."""
         config = config or ReplicateConfig()
         tags = config.kv_sessions
-        if not len(keys) == len(buffer_ptrs) == len(sizes) or (tags and len(tags) != len(keys)):
-            raise _invalid("keys, buffer_ptrs, sizes (and kv_sessions) differ in length")
-        views = [self._buffers.view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
-        valid = [i for i, v in enumerate(views) if v is not None]
+        if tags and len(tags) != len(keys):
+            raise _invalid("keys and kv_sessions differ in length")
+        valid = [i for i, views in enumerate(parts) if views is not None]
         codes = [INVALID] * len(keys)
-        values = [[view] for view in views if view is not None]
+        values = [views for views in parts if views is not None]
         subset = config if len(valid) == len(keys) else config_for_keys(config, valid)
         written = self._write([keys[i] for i in valid], values, subset, upsert)
         for i, code in zip(valid, written, strict=True):
@@ -366,9 +409,51 @@ class Client:
         """Read each key into its buffer; per key the bytes read. A buffer smaller than its
         object fails the key with INVALID_PARAMS. The read leases end right after the copies
         (also those of keys that failed)."""
-        core = self._joined()
+        self._joined()
         if not len(keys) == len(buffer_ptrs) == len(sizes):
             raise _invalid("keys, buffer_ptrs and sizes differ in length")
+        views = [self._buffers.view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
+        return self._read_registered(keys, [None if v is None else [v] for v in views])
+
+    def batch_get_into_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        prefer_alloc_in_same_node: bool = False,
+    ) -> BatchResult[int]:
+        """Read each key's object scattered over the registered memory ranges
+        ``(all_buffer_ptrs[i][j], all_sizes[i][j])``, in order; per key the bytes read (the
+        object's size).
+
+        The parts are filled in order until the object ends: parts adding up to more than the
+        object leave the rest untouched. A key whose parts add up to less than its object, or
+        whose two lists differ in length, with a negative size, a part outside registered
+        memory, or no byte at all, fails with INVALID_PARAMS (parts of size 0 are skipped).
+        ``prefer_alloc_in_same_node`` is accepted for upstream's sake: replicas on this host
+        are always read first. The read leases end right after the copies, as
+        :meth:`batch_get_into`.
+
+        Raises:
+            InvalidParamsError: ``keys``, ``all_buffer_ptrs`` and ``all_sizes`` differ in
+                length, or a key is bad.
+        """
+        del prefer_alloc_in_same_node  # same-host replicas are always preferred
+        self._joined()
+        if not len(keys) == len(all_buffer_ptrs) == len(all_sizes):
+            raise _invalid("keys, all_buffer_ptrs and all_sizes differ in length")
+        parts = [
+            self._buffers.views(ptrs, sizes)
+            for ptrs, sizes in zip(all_buffer_ptrs, all_sizes, strict=True)
+        ]
+        return self._read_registered(keys, parts)
+
+    def _read_registered(
+        self, keys: Sequence[str], parts: Sequence[list[memoryview] | None]
+    ) -> BatchResult[int]:
+        """Read ``keys[i]`` scattered over ``parts[i]``; a None entry, or parts smaller than
+        the object, fails the key with INVALID_PARAMS. Ends every read lease."""
+        core = self._joined()
         _check_keys(keys)
         started = self._clock()
         located = core.locate(keys)
@@ -376,19 +461,18 @@ class Client:
         values: list[int | None] = [None] * len(keys)
         try:
             readable: list[int] = []
-            views: list[memoryview] = []
+            destinations: list[list[memoryview]] = []
             for i, loc in enumerate(located):
                 if loc.code != OK:
                     continue
-                view = (
-                    self._buffers.view(buffer_ptrs[i], sizes[i]) if loc.size <= sizes[i] else None
-                )
-                if view is None:
+                views = parts[i]
+                target = None if views is None else _prefix(views, loc.size)
+                if target is None:
                     codes[i] = INVALID
                     continue
                 readable.append(i)
-                views.append(view[: loc.size])
-            read = core.read_located([located[i] for i in readable], views)
+                destinations.append(target)
+            read = core.read_located_parts([located[i] for i in readable], destinations)
             for i, code in zip(readable, read, strict=True):
                 if code == OK:
                     values[i] = located[i].size
@@ -768,6 +852,20 @@ def _read_copies(
         else:
             codes[i] = code
     return copied
+
+
+def _prefix(views: Sequence[memoryview], size: int) -> list[memoryview] | None:
+    """The first ``size`` bytes of the concatenation of ``views``, as views in order; None when
+    they hold fewer bytes."""
+    target: list[memoryview] = []
+    left = size
+    for view in views:
+        if left <= 0:
+            break
+        part = view[:left] if len(view) > left else view
+        target.append(part)
+        left -= len(part)
+    return target if left <= 0 else None
 
 
 def _end_reads(

@@ -149,6 +149,18 @@ class AsyncClient(Offloader):
         """Coroutine of :meth:`~mooncake_py.Client.batch_put_from`."""
         return await self._run(self._client.batch_put_from, keys, buffer_ptrs, sizes, config)
 
+    async def batch_put_from_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        config: ReplicateConfig | None = None,
+    ) -> BatchResult[None]:
+        """Coroutine of :meth:`~mooncake_py.Client.batch_put_from_multi_buffers`."""
+        return await self._run(
+            self._client.batch_put_from_multi_buffers, keys, all_buffer_ptrs, all_sizes, config
+        )
+
     async def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> None:
         """Coroutine of :meth:`~mooncake_py.Client.upsert`."""
         return await self._run(self._client.upsert, key, value, config)
@@ -198,6 +210,22 @@ class AsyncClient(Offloader):
     ) -> BatchResult[int]:
         """Coroutine of :meth:`~mooncake_py.Client.batch_get_into`."""
         return await self._run(self._client.batch_get_into, keys, buffer_ptrs, sizes)
+
+    async def batch_get_into_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        prefer_alloc_in_same_node: bool = False,
+    ) -> BatchResult[int]:
+        """Coroutine of :meth:`~mooncake_py.Client.batch_get_into_multi_buffers`."""
+        return await self._run(
+            self._client.batch_get_into_multi_buffers,
+            keys,
+            all_buffer_ptrs,
+            all_sizes,
+            prefer_alloc_in_same_node,
+        )
 
     async def get_buffer(self, key: str) -> pa.Buffer:
         """Coroutine of :meth:`~mooncake_py.Client.get_buffer`."""

@@ -58,6 +58,25 @@ class RegisteredBuffers:
             return None
         return view_of_address(buffer_ptr, size)
 
+    def views(self, buffer_ptrs: Sequence[int], sizes: Sequence[int]) -> list[memoryview] | None:
+        """Views of the parts ``(buffer_ptrs[j], sizes[j])`` of one multi-buffer value, in order;
+        parts of size 0 are skipped.
+
+        Returns None when the two lists differ in length, a size is negative, a part does not
+        lie inside one registered buffer, or no part has a byte.
+        """
+        if len(buffer_ptrs) != len(sizes):
+            return None
+        views: list[memoryview] = []
+        for buffer_ptr, size in zip(buffer_ptrs, sizes, strict=True):
+            if size == 0:
+                continue
+            view = self.view(buffer_ptr, size)
+            if view is None:
+                return None
+            views.append(view)
+        return views or None
+
 
 def bytes_view(value: Any) -> memoryview:
     """A flat byte view of any C-contiguous buffer (bytes, bytearray, numpy array, ...).

@@ -4,7 +4,8 @@
 Same method names, argument order, keyword names, defaults and return conventions as upstream
 Mooncake's ``mooncake.store.MooncakeDistributedStore``:
 
-- data calls return ints: 0 or a negative ``ErrorCode``; ``get_into`` returns the bytes read;
+- data calls return ints: 0 or a negative ``ErrorCode``; ``get_into``, ``batch_get_into`` and
+  ``batch_get_into_multi_buffers`` return the bytes read;
 - ``get`` returns ``b""`` on a miss or any error, never None;
 - ``put`` of an existing key returns 0 and keeps the old bytes (first writer wins);
 - ``put_batch`` returns one int (the first error, or 0); the ``batch_*`` calls return lists;
@@ -229,6 +230,25 @@ class MooncakeDistributedStore:
         """Store each ``sizes[i]`` bytes at ``buffer_ptrs[i]`` under ``keys[i]``; per-key codes."""
         return self._codes(len(keys), lambda c: c.batch_put_from(keys, buffer_ptrs, sizes, config))
 
+    def batch_put_from_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        config: ReplicateConfig | None = None,
+    ) -> list[int]:
+        """Store under ``keys[i]`` the concatenation of the registered ranges
+        ``(all_buffer_ptrs[i][j], all_sizes[i][j])``; per key 0 or a negative code.
+
+        INVALID_PARAMS (-600) for every key when the three lists differ in length; for one key
+        when its two lists differ in length, a size is negative, a part is not inside a
+        registered buffer, or it has no byte (parts of size 0 are skipped).
+        """
+        return self._codes(
+            len(keys),
+            lambda c: c.batch_put_from_multi_buffers(keys, all_buffer_ptrs, all_sizes, config),
+        )
+
     def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
         """Create or replace ``key``; 0 or a negative code (INVALID_WRITE (-700) when a
         concurrent write of the key preempted this one). Readers copying the old value
@@ -299,6 +319,35 @@ class MooncakeDistributedStore:
             return [INVALID] * len(keys)
         try:
             result = client.batch_get_into(keys, buffer_ptrs, sizes)
+        except MooncakeError as exc:
+            return [exc.code] * len(keys)
+        return _counts(result.codes, result.values)
+
+    def batch_get_into_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        prefer_alloc_in_same_node: bool = False,
+    ) -> list[int]:
+        """Read each key scattered over the registered ranges
+        ``(all_buffer_ptrs[i][j], all_sizes[i][j])``, in order; per key the bytes read (the
+        object's size) or a negative code.
+
+        Parts adding up to more than the object are filled in order up to its end. INVALID_PARAMS
+        (-600) for every key when the three lists differ in length; for one key when its parts
+        add up to less than its object, its two lists differ in length, a size is negative, or
+        a part is not inside a registered buffer; a miss gives OBJECT_NOT_FOUND (-704).
+        ``prefer_alloc_in_same_node`` is accepted and ignored (same-host replicas are always
+        read first).
+        """
+        client = self.client
+        if client is None:
+            return [INVALID] * len(keys)
+        try:
+            result = client.batch_get_into_multi_buffers(
+                keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node
+            )
         except MooncakeError as exc:
             return [exc.code] * len(keys)
         return _counts(result.codes, result.values)

@@ -104,6 +104,19 @@ class AsyncMooncakeStore(Offloader):
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.batch_put_from`."""
         return await self._run(self.store.batch_put_from, keys, buffer_ptrs, sizes, config)
 
+    async def batch_put_from_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        config: ReplicateConfig | None = None,
+    ) -> list[int]:
+        """Coroutine of
+        :meth:`~mooncake_py.MooncakeDistributedStore.batch_put_from_multi_buffers`."""
+        return await self._run(
+            self.store.batch_put_from_multi_buffers, keys, all_buffer_ptrs, all_sizes, config
+        )
+
     async def upsert(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.upsert`."""
         return await self._run(self.store.upsert, key, value, config)
@@ -153,6 +166,23 @@ class AsyncMooncakeStore(Offloader):
     ) -> list[int]:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.batch_get_into`."""
         return await self._run(self.store.batch_get_into, keys, buffer_ptrs, sizes)
+
+    async def batch_get_into_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        prefer_alloc_in_same_node: bool = False,
+    ) -> list[int]:
+        """Coroutine of
+        :meth:`~mooncake_py.MooncakeDistributedStore.batch_get_into_multi_buffers`."""
+        return await self._run(
+            self.store.batch_get_into_multi_buffers,
+            keys,
+            all_buffer_ptrs,
+            all_sizes,
+            prefer_alloc_in_same_node,
+        )
 
     async def get_buffer(self, key: str) -> pa.Buffer | None:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.get_buffer`."""

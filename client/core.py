@@ -284,6 +284,23 @@ class ClientCore:
             [ReadItem(loc.replicas, buf) for loc, buf in zip(located, buffers, strict=True)]
         )
 
+    def read_located_parts(
+        self, located: Sequence[ReplicaListResult], parts: Sequence[Sequence[memoryview]]
+    ) -> list[int]:
+        """Scatter each object of ``located[i]`` over ``parts[i]``, in order.
+
+        Args:
+            located: successful replica lists.
+            parts: destinations per object, their sizes adding up to exactly
+                ``located[i].size`` bytes.
+
+        Returns:
+            Per item: 0 or TRANSFER_FAIL, as :meth:`read_located`.
+        """
+        return self.data.read(
+            [ReadItem(loc.replicas, None, views) for loc, views in zip(located, parts, strict=True)]
+        )
+
     def end_reads(self, located: Sequence[ReplicaListResult], started_at: float) -> list[int]:
         """End the read lease of every OK result of ``located`` (once each): the copies are
         done, successful or not.

@@ -94,10 +94,19 @@ class WriteItem:
 
 @dataclass(slots=True)
 class ReadItem:
-    """Read one replica out of ``replicas`` into ``buffer`` (exactly the object's size)."""
+    """Read one replica out of ``replicas`` into ``buffer`` (exactly the object's size), or,
+    when ``parts`` is given, scatter it over ``parts`` in order (their sizes add up to exactly
+    the object's size; ``buffer`` is then ignored)."""
 
     replicas: Sequence[ReplicaDescriptor]
-    buffer: memoryview
+    buffer: memoryview | None
+    parts: Sequence[memoryview] | None = None
+
+    def destinations(self) -> Sequence[memoryview]:
+        """Where the object's bytes go, in order."""
+        if self.parts is not None:
+            return self.parts
+        return [] if self.buffer is None else [self.buffer]
 
 
 class DataPlane:
@@ -171,7 +180,12 @@ class DataPlane:
         return results
 
     def read(self, items: Sequence[ReadItem]) -> list[int]:
-        """Fill each item's buffer from one of its replicas, trying the next one on failure.
+        """Fill each item's destinations from one of its replicas, trying the next one on
+        failure.
+
+        A replica mapped here is copied with one memcpy per destination part; a remote one is
+        read with one ranged TCP request per part, every request for one peer pipelined on
+        one connection.
 
         Returns:
             Per item: 0, or TRANSFER_FAIL when no replica could be read.
@@ -181,26 +195,35 @@ class DataPlane:
         attempt = 0
         while pending:
             remote: dict[str, list[tuple[int, TransferOp]]] = {}
-            still_pending: list[int] = []
             for index in pending:
                 replicas = _ordered_for_read(items[index].replicas, self)
                 if attempt >= len(replicas):
                     continue
                 replica = replicas[attempt]
                 memory = self.memory_of(replica)
-                buffer = items[index].buffer
+                parts = items[index].destinations()
                 if memory is not None:
-                    copy_bytes(buffer, memory[: len(buffer)])
+                    _copy_into_parts(parts, memory)
                     results[index] = 0
                     continue
-                op = TransferOp(OP_READ, replica.segment_id, replica.offset, buffer)
-                remote.setdefault(replica.te_endpoint, []).append((index, op))
+                ops = remote.setdefault(replica.te_endpoint, [])
+                offset = replica.offset
+                for part in parts:
+                    ops.append((index, TransferOp(OP_READ, replica.segment_id, offset, part)))
+                    offset += len(part)
+            still_pending: list[int] = []
             for endpoint, indexed_ops in remote.items():
+                failed: set[int] = set()
+                indices: dict[int, None] = {}
                 for index, code in self._run_remote(endpoint, indexed_ops):
-                    if code == 0:
-                        results[index] = 0
-                    else:
+                    indices[index] = None
+                    if code != 0:
+                        failed.add(index)
+                for index in indices:
+                    if index in failed:
                         still_pending.append(index)
+                    else:
+                        results[index] = 0
             pending = still_pending
             attempt += 1
         return results
@@ -228,6 +251,14 @@ def _copy_parts_into(memory: memoryview, parts: Sequence[memoryview]) -> None:
     offset = 0
     for part in parts:
         copy_bytes(memory[offset : offset + len(part)], part)
+        offset += len(part)
+
+
+def _copy_into_parts(parts: Sequence[memoryview], memory: memoryview) -> None:
+    """Scatter the start of ``memory`` over ``parts``, in order."""
+    offset = 0
+    for part in parts:
+        copy_bytes(part, memory[offset : offset + len(part)])
         offset += len(part)
 
 

@@ -26,9 +26,11 @@ PINNED: dict[str, dict[str, str]] = {
         "attach_kv_session": "async (self, session_id: 'str', keys: 'Sequence[str]') -> 'list[int]'",
         "batch_get_buffer": "async (self, keys: 'Sequence[str]') -> 'list[pa.Buffer | None]'",
         "batch_get_into": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",
+        "batch_get_into_multi_buffers": "async (self, keys: 'Sequence[str]', all_buffer_ptrs: 'Sequence[Sequence[int]]', all_sizes: 'Sequence[Sequence[int]]', prefer_alloc_in_same_node: 'bool' = False) -> 'list[int]'",
         "batch_is_exist": "async (self, keys: 'Sequence[str]') -> 'list[int]'",
         "batch_probe_key": "async (self, keys: 'Sequence[str]', policy: 'str' = 'none', candidate_size: 'int' = 1) -> 'list[int]'",
         "batch_put_from": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
+        "batch_put_from_multi_buffers": "async (self, keys: 'Sequence[str]', all_buffer_ptrs: 'Sequence[Sequence[int]]', all_sizes: 'Sequence[Sequence[int]]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
         "batch_remove": "async (self, keys: 'Sequence[str]', force: 'bool' = False) -> 'list[int]'",
         "batch_upsert_from": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
         "close": "async (self) -> 'int'",
@@ -71,9 +73,11 @@ PINNED: dict[str, dict[str, str]] = {
         "attach_kv_session": "(self, session_id: 'str', keys: 'Sequence[str]') -> 'list[int]'",
         "batch_get_buffer": "(self, keys: 'Sequence[str]') -> 'list[pa.Buffer | None]'",
         "batch_get_into": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",
+        "batch_get_into_multi_buffers": "(self, keys: 'Sequence[str]', all_buffer_ptrs: 'Sequence[Sequence[int]]', all_sizes: 'Sequence[Sequence[int]]', prefer_alloc_in_same_node: 'bool' = False) -> 'list[int]'",
         "batch_is_exist": "(self, keys: 'Sequence[str]') -> 'list[int]'",
         "batch_probe_key": "(self, keys: 'Sequence[str]', policy: 'str' = 'none', candidate_size: 'int' = 1) -> 'list[int]'",
         "batch_put_from": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
+        "batch_put_from_multi_buffers": "(self, keys: 'Sequence[str]', all_buffer_ptrs: 'Sequence[Sequence[int]]', all_sizes: 'Sequence[Sequence[int]]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
         "batch_remove": "(self, keys: 'Sequence[str]', force: 'bool' = False) -> 'list[int]'",
         "batch_upsert_from": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
         "close": "(self) -> 'int'",
@@ -178,6 +182,7 @@ def typed(client: Client, ptr: int) -> None:
     client.put_from("k", ptr, 16, config)
     puts: BatchResult[None] = client.put_batch(["a"], [b"1"], config)
     client.batch_put_from(["a"], [ptr], [16], config)
+    multi: BatchResult[None] = client.batch_put_from_multi_buffers(["a"], [[ptr, ptr + 8]], [[8, 8]], config)
     client.upsert("k", b"v")
     client.upsert_parts("k", b"a")
     client.upsert_from("k", ptr, 16)
@@ -187,6 +192,7 @@ def typed(client: Client, ptr: int) -> None:
     values: list[bytes] = client.get_batch(["k"]).unwrap()
     read: int = client.get_into("k", ptr, 16)
     first: KeyResult[int] = client.batch_get_into(["k"], [ptr], [16])[0]
+    scattered: BatchResult[int] = client.batch_get_into_multi_buffers(["k"], [[ptr, ptr + 8]], [[8, 8]], True)
     buffer: pa.Buffer = client.get_buffer("k")
     buffers: BatchResult[pa.Buffer] = client.batch_get_buffer(["k"])
     found: bool = client.is_exist("k")
@@ -221,6 +227,7 @@ def typed(client: Client, ptr: int) -> None:
         code: int = exc.code
         key: str | None = exc.key
     client.close()
+    del multi, scattered
     del puts, value, values, read, first, buffer, buffers, found, flags, size, removed, probes
     del count, attached, info, page, listing, released, stats, segments, reachable, name
 
@@ -233,6 +240,7 @@ async def typed_async(ptr: int) -> None:
         await client.put_from("k", ptr, 16)
         await client.put_batch(["a"], [b"1"])
         await client.batch_put_from(["a"], [ptr], [16])
+        await client.batch_put_from_multi_buffers(["a"], [[ptr]], [[16]], None)
         await client.upsert("k", b"v")
         await client.upsert_parts("k", b"a")
         await client.upsert_from("k", ptr, 16)
@@ -242,6 +250,7 @@ async def typed_async(ptr: int) -> None:
         batch: BatchResult[bytes] = await client.get_batch(["k"])
         read: int = await client.get_into("k", ptr, 16)
         await client.batch_get_into(["k"], [ptr], [16])
+        scattered: BatchResult[int] = await client.batch_get_into_multi_buffers(["k"], [[ptr]], [[16]])
         buffer: pa.Buffer = await client.get_buffer("k")
         await client.batch_get_buffer(["k"])
         found: bool = await client.is_exist("k")
@@ -271,7 +280,7 @@ async def typed_async(ptr: int) -> None:
         sync: Client = client.client
         client.unregister_buffer(ptr)
         del value, batch, read, buffer, found, size, count, info, page, listing, released, probed
-        del stats, segments, name, reachable, sync
+        del stats, segments, name, reachable, sync, scattered
 
 
 def drop_in(store: MooncakeDistributedStore, ptr: int) -> None:
@@ -288,6 +297,9 @@ def drop_in(store: MooncakeDistributedStore, ptr: int) -> None:
     values: list[bytes] = store.get_batch(["k"])
     code = store.get_into("k", ptr, 1)
     codes = store.batch_get_into(["k"], [ptr], [1])
+    codes = store.batch_get_into_multi_buffers(["k"], [[ptr, ptr + 1]], [[1, 1]])
+    codes = store.batch_get_into_multi_buffers(["k"], [[ptr]], [[1]], prefer_alloc_in_same_node=True)
+    codes = store.batch_put_from_multi_buffers(["k"], [[ptr, ptr + 1]], [[1, 1]], ReplicateConfig())
     buffer: pa.Buffer | None = store.get_buffer("k")
     buffers: list[pa.Buffer | None] = store.batch_get_buffer(["k"])
     code = store.is_exist("k") + store.get_size("k") + store.remove("k", True)
@@ -324,6 +336,8 @@ async def drop_in_async(ptr: int) -> None:
         values: list[bytes] = await store.get_batch(["k"])
         code = await store.get_into("k", ptr, 1)
         codes = await store.batch_get_into(["k"], [ptr], [1])
+        codes = await store.batch_get_into_multi_buffers(["k"], [[ptr]], [[1]], False)
+        codes = await store.batch_put_from_multi_buffers(["k"], [[ptr]], [[1]])
         buffer: pa.Buffer | None = await store.get_buffer("k")
         buffers: list[pa.Buffer | None] = await store.batch_get_buffer(["k"])
         code = await store.is_exist("k") + await store.get_size("k")
