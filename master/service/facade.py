@@ -23,14 +23,14 @@ Background work is exposed as plain synchronous steps that take ``now``
 
 Thread-safety: every public method, here and in the composed services, takes the context's one
 lock, so calls are atomic with respect to each other (session updates and releases once per
-page). Lock order: only this lock exists.
+page, bulk removals once per slice of objects, :mod:`.removal`). Lock order: only this lock
+exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import re
 import threading
 from collections.abc import Callable, Sequence
 
@@ -52,6 +52,7 @@ from .eviction import EvictionPass, Evictor
 from .kv_sessions import SessionService
 from .reads import ReadService
 from .release import ReleaseService
+from .removal import RemovalService
 from .writes import WritePath
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
@@ -112,6 +113,7 @@ class MasterService:
         self.reads = ReadService(context, config.max_batch_keys)
         self.sessions = SessionService(context)
         self.releases = ReleaseService(context)
+        self._removals = RemovalService(context, self._remove_locked)
 
     # ------------------------------------------------------------------------------------------
     # Segments and liveness
@@ -385,44 +387,27 @@ class MasterService:
     def remove_by_regex(
         self, tenant: str, pattern: str, force: bool = False
     ) -> tuple[ErrorCode, int]:
-        """Delete every key of the tenant that ``re.search`` matches; others are skipped.
+        """Delete every key of the tenant that the RE2 ``pattern`` matches anywhere in.
+
+        Works in slices, releasing the lock between them: see
+        :mod:`~mooncake_py.master.service.removal` for the pattern syntax, the refusals and
+        what the count means.
 
         Returns:
-            (OK, count removed), or (INVALID_PARAMS, 0) for a pattern that does not compile.
+            (OK, count removed), or (INVALID_PARAMS, 0) for a pattern that is too long, does not
+            compile or needs what RE2 leaves out (backreferences, lookaround), or a bad tenant.
             Keys that cannot be removed (leased, being written) are skipped silently.
         """
-        resolved = self._resolve_tenant(tenant)
-        try:
-            compiled = re.compile(pattern)
-        except (re.error, RecursionError, OverflowError):
-            return ErrorCode.INVALID_PARAMS, 0
-        if resolved is None:
-            return ErrorCode.INVALID_PARAMS, 0
-        with self._lock:
-            now = self._clock()
-            self._state.reads.expire_due(now)
-            matching = [
-                m.key for m in self._objects.items_of_tenant(resolved) if compiled.search(m.key)
-            ]
-            removed = [self._remove_locked(resolved, k, force, now) for k in matching]
-        return ErrorCode.OK, sum(1 for code in removed if code == ErrorCode.OK)
+        return self._removals.remove_by_regex(tenant, pattern, force)
 
     def remove_all(self, tenant: str, force: bool = False) -> int:
         """Delete every removable object of the tenant; returns how many were removed.
 
         With multi-tenancy on, an empty ``tenant`` means every tenant (as upstream). Objects
-        that cannot be removed (leased without ``force``, being written) are skipped.
+        that cannot be removed (leased without ``force``, being written) are skipped. Works in
+        slices, as :meth:`remove_by_regex`.
         """
-        everyone = self._tenants.multi_tenant and tenant == ""
-        resolved = self._resolve_tenant(tenant)
-        if resolved is None:
-            return 0
-        with self._lock:
-            now = self._clock()
-            self._state.reads.expire_due(now)
-            doomed = list(self._objects) if everyone else self._objects.items_of_tenant(resolved)
-            codes = [self._remove_locked(m.tenant, m.key, force, now) for m in doomed]
-        return sum(1 for code in codes if code == ErrorCode.OK)
+        return self._removals.remove_all(tenant, force)
 
     # ------------------------------------------------------------------------------------------
     # Background steps
