@@ -97,10 +97,9 @@ def test_removal_over_the_wire(master: InProcessMaster) -> None:
     _fill(master, keys)
     client = MasterClient(master.address)
     try:
-        began = time.perf_counter()
-        # Exponential for a backtracking engine over this 4096-byte key; linear for RE2.
+        # Exponential for a backtracking engine over this 4096-byte key; linear for RE2 (the
+        # unit tests check the growth).
         assert client.remove_by_regex("", "(a+)+$", False) == 1  # "aaa"
-        assert time.perf_counter() - began < 5.0  # generous: a few milliseconds in fact
         assert client.remove_by_regex("", r"(a)\1", False) == ErrorCode.INVALID_PARAMS
         assert client.remove_by_regex("", "x" * 4097, False) == ErrorCode.INVALID_PARAMS
         assert client.remove_all("", False) == 2
