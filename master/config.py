@@ -261,6 +261,12 @@ class MasterConfig:
     max_message_bytes: int = _opt(
         256 * MIB, "int", "gRPC max send/receive message size in bytes.", AtLeast(MIB)
     )
+    stream_max_connections: int = _opt(
+        4096,
+        "int",
+        "Stream-channel connections held at once; one beyond is closed at once.",
+        Positive(),
+    )
     log_level: str = _opt(
         "INFO", "str", "Log verbosity.", OneOf("DEBUG", "INFO", "WARNING", "ERROR")
     )

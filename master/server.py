@@ -120,6 +120,7 @@ class MasterServer:
                 self.config.rpc_address,
                 self.config.fast_rpc_port,
                 self.config.max_message_bytes,
+                self.config.stream_max_connections,
             )
             self.fast_port = self._channel.port
             self._pipeline.fast_port = self.fast_port

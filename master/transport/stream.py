@@ -11,6 +11,11 @@ A one-way frame (call id ``ONE_WAY_CALL_ID``) runs through the pipeline exactly 
 call, in its place among the connection's frames, and gets no response at all: its answer,
 refusal or error is dropped (a non-OK status is logged at debug level).
 
+Limits, so that no caller exhausts the master: while a connection has not authenticated on a
+master that requires tokens, a frame may be at most ``PRE_AUTH_MAX_FRAME`` bytes (a token fits;
+a large frame closes the connection before its body is buffered), and ``max_frame`` after; the
+channel holds at most ``max_connections`` connections at once and closes any connection beyond.
+
 Calls run synchronously on the event loop, in order per connection, as the gRPC ones do.
 """
 
@@ -37,6 +42,9 @@ from .pipeline import BoundCall, CallPipeline, Rejection
 
 log = logging.getLogger(__name__)
 
+PRE_AUTH_MAX_FRAME = 64 * 1024
+"""Longest frame a connection may send before it authenticates (when tokens are required)."""
+
 _STATUS_OF = {
     Rejection.UNAUTHENTICATED: STATUS_UNAUTHENTICATED,
     Rejection.UNDECODABLE: STATUS_UNDECODABLE,
@@ -54,17 +62,25 @@ class _ChannelProtocol(asyncio.Protocol):
         calls: Mapping[bytes, BoundCall],
         max_frame: int,
         live: set[asyncio.Transport],
+        max_connections: int,
     ) -> None:
         self._pipeline = pipeline
         self._calls = calls
         self._tenant = pipeline.authenticate(None)  # no token presented yet
         self._max_frame = max_frame
+        # Until a token is accepted, frames stay small: nothing unauthenticated is buffered.
+        self._frame_limit = PRE_AUTH_MAX_FRAME if pipeline.requires_token else max_frame
+        self._max_connections = max_connections
         self._live = live
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        if len(self._live) >= self._max_connections:
+            log.warning("stream channel full (%d connections): closing a new one", len(self._live))
+            transport.abort()
+            return
         self._transport = transport
         self._live.add(transport)
 
@@ -77,10 +93,11 @@ class _ChannelProtocol(asyncio.Protocol):
         buffer += data
         start = 0
         transport = self._transport
-        assert transport is not None
+        if transport is None:  # refused at connection time
+            return
         while True:
             try:
-                frame = next_request(buffer, start, self._max_frame)
+                frame = next_request(buffer, start, self._frame_limit)
             except FrameError as exc:
                 log.warning("closing a stream channel: %s", exc)
                 transport.close()
@@ -112,6 +129,7 @@ class _ChannelProtocol(asyncio.Protocol):
             self._tenant = self._pipeline.authenticate(payload.decode("utf-8", "replace"))
             if self._tenant is None:
                 return STATUS_UNAUTHENTICATED, _BAD_TOKEN_TEXT
+            self._frame_limit = self._max_frame
             return STATUS_OK, b""
         return STATUS_UNKNOWN_METHOD, b"unknown method " + name
 
@@ -137,12 +155,14 @@ class StreamChannel:
 
 
 async def start_channel(
-    pipeline: CallPipeline, host: str, port: int, max_frame: int
+    pipeline: CallPipeline, host: str, port: int, max_frame: int, max_connections: int = 4096
 ) -> StreamChannel:
     """Listen on ``host:port`` (0 picks a free port) and serve every RPC of ``pipeline``.
 
     Args:
-        max_frame: the longest frame accepted; a longer one closes its connection.
+        max_frame: the longest frame accepted from an authenticated connection (or any, when
+            no token is required); a longer one closes its connection.
+        max_connections: connections held at once; a connection beyond is closed at once.
 
     Raises:
         OSError: the address could not be bound.
@@ -151,6 +171,6 @@ async def start_channel(
     live: set[asyncio.Transport] = set()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: _ChannelProtocol(pipeline, calls, max_frame, live), host, port
+        lambda: _ChannelProtocol(pipeline, calls, max_frame, live, max_connections), host, port
     )
     return StreamChannel(server, live)

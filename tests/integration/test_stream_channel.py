@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import struct
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +24,8 @@ from mooncake_py._wire.frames import (
 from mooncake_py._wire.rpcs import RPCS
 from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.client.stream_client import ChannelClient, ChannelError
-from mooncake_py.testing import InProcessMaster
+from mooncake_py.master.transport.stream import PRE_AUTH_MAX_FRAME
+from mooncake_py.testing import InProcessMaster, wait_until
 
 
 def _fast_port(master: InProcessMaster) -> int:
@@ -148,3 +152,59 @@ def test_a_threads_next_call_follows_its_one_way_send(master: InProcessMaster) -
     channel.call(stats.wire_name, payload)  # no one-way before it: any connection, no wait
     channel.close()
     assert ONE_WAY_CALL_ID == 0xFFFFFFFF
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """True when the master closed ``sock`` (EOF or reset) within a few seconds."""
+    sock.settimeout(5)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_an_unauthenticated_connection_may_not_send_a_large_frame(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps({"token-a": "tenant-a"}))
+    with InProcessMaster(auth_tokens_file=str(path)) as master:
+        port = _fast_port(master)
+        flood = socket.create_connection(("127.0.0.1", port))
+        # A header announcing 255 MiB: refused before a byte of its body is kept.
+        flood.sendall(struct.pack("<IIB", 255 << 20, 1, 8) + b"GetStats" + b"\0" * 1024)
+        assert _closed_by_peer(flood)
+        flood.close()
+        # Authenticated, the same connection kind may send frames up to max_message_bytes.
+        channel = ChannelClient("127.0.0.1", port, 5.0, token="token-a")
+        big = RPCS["BatchExistKey"].args.encode("", ["k" * 100] * 2000, "c").SerializeToString()
+        assert len(big) > PRE_AUTH_MAX_FRAME
+        answer = channel.call(b"BatchExistKey", big)
+        assert list(RPCS["BatchExistKey"].response_type.FromString(answer).results) == [0] * 2000
+        channel.close()
+
+
+def test_connections_beyond_the_limit_are_closed_and_the_others_keep_serving() -> None:
+    with InProcessMaster(stream_max_connections=3) as master:
+        port = _fast_port(master)
+        stats = RPCS["GetStats"]
+        payload = stats.args.encode().SerializeToString()
+        held = [ChannelClient("127.0.0.1", port, 5.0) for _ in range(3)]
+        for channel in held:
+            channel.call(stats.wire_name, payload)  # each holds one open connection
+        extra = socket.create_connection(("127.0.0.1", port))
+        assert _closed_by_peer(extra)
+        extra.close()
+        for channel in held:
+            channel.call(stats.wire_name, payload)
+        held[0].close()
+        again = ChannelClient("127.0.0.1", port, 5.0)
+        wait_until(lambda: _serves(again, stats.wire_name, payload), 5.0, what="a free place")
+        for channel in (*held[1:], again):
+            channel.close()
+
+
+def _serves(channel: ChannelClient, name: bytes, payload: bytes) -> bool:
+    try:
+        channel.call(name, payload)
+    except OSError:
+        return False
+    return True
