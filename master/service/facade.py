@@ -345,16 +345,7 @@ class MasterService:
         ids = list(write_ids) if write_ids else [0] * len(keys)
         if any(not isinstance(w, int) or w < 0 for w in ids):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
-        resolved = self._resolve_tenant(tenant)
-        if resolved is None or not self._batch_size_ok(keys):
-            return [ErrorCode.INVALID_PARAMS] * len(keys)
-        with self._lock:
-            now = self._clock()
-            self._state.reads.expire_due(now)
-            return [
-                step(client_id, resolved, k, now, w) if valid_key(k) else ErrorCode.INVALID_PARAMS
-                for k, w in zip(keys, ids, strict=True)
-            ]
+        return self._per_key(tenant, keys, lambda t, i, k, now: step(client_id, t, k, now, ids[i]))
 
     # ------------------------------------------------------------------------------------------
     # Remove family
@@ -371,7 +362,9 @@ class MasterService:
         Per key: OK; OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY while a write is in flight (even
         with ``force``); OBJECT_HAS_LEASE when a read lease is live and ``force`` is false.
         """
-        return self._per_key(tenant, keys, lambda t, k, now: self._remove_locked(t, k, force, now))
+        return self._per_key(
+            tenant, keys, lambda t, _, k, now: self._remove_locked(t, k, force, now)
+        )
 
     def _remove_locked(self, tenant: str, key: str, force: bool, now: float) -> ErrorCode:
         meta = self._objects.get((tenant, key))
@@ -503,8 +496,12 @@ class MasterService:
     # Helpers
 
     def _per_key(
-        self, tenant: str, keys: Sequence[str], step: Callable[[str, str, float], ErrorCode]
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        step: Callable[[str, int, str, float], ErrorCode],
     ) -> list[ErrorCode]:
+        """Run ``step(tenant, index, key, now)`` for each valid key under one lock hold."""
         resolved = self._resolve_tenant(tenant)
         if resolved is None or not self._batch_size_ok(keys):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
@@ -512,7 +509,8 @@ class MasterService:
             now = self._clock()
             self._state.reads.expire_due(now)
             return [
-                step(resolved, k, now) if valid_key(k) else ErrorCode.INVALID_PARAMS for k in keys
+                step(resolved, i, k, now) if valid_key(k) else ErrorCode.INVALID_PARAMS
+                for i, k in enumerate(keys)
             ]
 
     def _batch_size_ok(self, keys: Sequence[str]) -> bool:

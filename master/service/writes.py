@@ -323,8 +323,8 @@ class WritePath:
     def _write_of(
         self, client_id: str, tenant: str, key: str, write_id: int
     ) -> ObjectMetadata | ErrorCode:
-        """The object whose write in flight is ``write_id`` (any write of ``client_id`` for
-        0), or the code that answers the end or revoke."""
+        """The object ``write_id`` (any write of ``client_id`` for 0) was written to, or the
+        code that answers the end or revoke."""
         if write_id and self._state.stop_preempted(client_id, write_id):
             return ErrorCode.INVALID_WRITE  # replaced by a later write; its memory is back
         meta = self._state.objects.get((tenant, key))
@@ -332,12 +332,9 @@ class WritePath:
             return ErrorCode.OBJECT_NOT_FOUND
         if meta.client_id != client_id:
             return ErrorCode.ILLEGAL_CLIENT
-        if write_id and meta.write_id != write_id:
-            return (
-                ErrorCode.OK
-                if meta.is_readable() and not meta.is_writing()
-                else (ErrorCode.INVALID_WRITE)
-            )
+        if write_id and meta.write_id != write_id and meta.is_writing():
+            return ErrorCode.INVALID_WRITE  # another write of the key is in flight
+        # The write is in flight, or finished (the caller answers as for nothing in flight).
         return meta
 
     def end(
@@ -372,7 +369,7 @@ class WritePath:
         """
         found = self._write_of(client_id, tenant, key, write_id)
         if isinstance(found, ErrorCode):
-            return ErrorCode.INVALID_WRITE if found == ErrorCode.OK else found
+            return found
         meta = found
         doomed = meta.processing_replicas()
         if not doomed:
