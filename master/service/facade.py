@@ -21,10 +21,14 @@ Background work is exposed as plain synchronous steps that take ``now``
 (:meth:`MasterService.reap_expired_clients`, :meth:`MasterService.sweep_expired_puts`); timers in
 :mod:`background` only call them, and tests call them directly with a fake clock.
 
+Work whose cost grows with the store (bulk removals, releases, session updates and listings)
+is also offered as *sliced* operations (``*_sliced``, :mod:`.slices`): generators that do one
+bounded slice per step and yield between slices; the transports run them one slice per step of
+the event loop, so no call stalls the others. The plain methods run every slice back to back.
+
 Thread-safety: every public method, here and in the composed services, takes the context's one
-lock, so calls are atomic with respect to each other (session updates and releases once per
-page, bulk removals once per slice of objects, :mod:`.removal`). Lock order: only this lock
-exists.
+lock, so calls are atomic with respect to each other, except that sliced operations take it
+once per slice. Lock order: only this lock exists.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from .kv_sessions import SessionService
 from .reads import ReadService
 from .release import ReleaseService
 from .removal import RemovalService
+from .slices import Steps
 from .writes import WritePath
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
@@ -393,6 +398,12 @@ class MasterService:
         """
         return self._removals.remove_by_regex(tenant, pattern, force)
 
+    def remove_by_regex_sliced(
+        self, tenant: str, pattern: str, force: bool = False
+    ) -> Steps[tuple[ErrorCode, int]]:
+        """:meth:`remove_by_regex` as a sliced operation (what the transports run)."""
+        return (yield from self._removals.remove_by_regex_sliced(tenant, pattern, force))
+
     def remove_all(self, tenant: str, force: bool = False) -> int:
         """Delete every removable object of the tenant; returns how many were removed.
 
@@ -401,6 +412,10 @@ class MasterService:
         slices, as :meth:`remove_by_regex`.
         """
         return self._removals.remove_all(tenant, force)
+
+    def remove_all_sliced(self, tenant: str, force: bool = False) -> Steps[int]:
+        """:meth:`remove_all` as a sliced operation (what the transports run)."""
+        return (yield from self._removals.remove_all_sliced(tenant, force))
 
     # ------------------------------------------------------------------------------------------
     # Background steps

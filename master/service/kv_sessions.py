@@ -17,9 +17,12 @@ from mooncake_py.types import KvSessionInfo, KvSessionPage
 from ..state.objects import ObjectMetadata, valid_key
 from ..state.session_registry import SessionInfo, describe, valid_session_id
 from .context import ServiceContext
+from .slices import SLICE_SECONDS, SliceTimer, Steps, drive
 
-# Members examined per lock hold while updating or closing a session.
-UPDATE_PAGE = 256
+UPDATE_PAGE = 64
+"""Members examined between two checks of the slice's time while updating or closing."""
+
+Listing = tuple[ErrorCode, list[KvSessionInfo], str]
 
 
 class SessionService:
@@ -27,16 +30,19 @@ class SessionService:
 
     Args:
         context: the shared lock, state, clock and tenant rule.
+        slice_seconds: how long one slice of a sliced call may hold the lock.
 
-    Thread-safety: every method takes the context's lock; :meth:`update_kv_session` and
-    :meth:`close_kv_session` take it once per page of members, the others once.
+    Thread-safety: every method takes the context's lock; updates, closes and listings are
+    sliced operations (:mod:`~mooncake_py.master.service.slices`) that take it once per slice
+    (their ``*_sliced`` generators yield between slices with the lock free), the others once.
     """
 
-    def __init__(self, context: ServiceContext) -> None:
+    def __init__(self, context: ServiceContext, slice_seconds: float = SLICE_SECONDS) -> None:
         self._lock = context.lock
         self._state = context.state
         self._clock = context.clock
         self._resolve_tenant = context.tenants.resolve
+        self.slice_seconds = slice_seconds
 
     def attach_kv_session(self, tenant: str, session_id: str, keys: Sequence[str]) -> list[int]:
         """Add existing objects to a session, creating it (unpinned) if needed.
@@ -92,15 +98,24 @@ class SessionService:
     def update_kv_session(
         self, tenant: str, session_id: str, keep_keys: Sequence[str] | None
     ) -> ErrorCode:
+        """:meth:`update_kv_session_sliced`, every slice back to back."""
+        return drive(self.update_kv_session_sliced(tenant, session_id, keep_keys))
+
+    def update_kv_session_sliced(
+        self, tenant: str, session_id: str, keep_keys: Sequence[str] | None
+    ) -> Steps[ErrorCode]:
         """Keep only the members in ``keep_keys`` (``None``: keep none, i.e. close).
 
         Never adds members, ignores unknown keys and never deletes data. Walks the members in
-        pages of ``UPDATE_PAGE``, taking the lock per page, so it is not one transaction and
-        may interleave with writes. An empty result deletes the session with its pin.
+        key order, in slices, so it is not one transaction and may interleave with writes: a
+        member that joins behind the walk stays. An empty result deletes the session with
+        its pin.
 
         Returns:
             OK (also for an unknown session), SESSION_LIMIT_EXCEEDED for a keep set larger
             than the member limit (checked before any change), INVALID_PARAMS for a bad id.
+
+        Complexity: O(members + len(keep_keys)), in slices.
         """
         resolved = self._resolve_tenant(tenant)
         registry = self._state.sessions
@@ -109,6 +124,7 @@ class SessionService:
         keep = frozenset(keep_keys or ())
         if len(keep) > registry.limits.max_members:
             return ErrorCode.SESSION_LIMIT_EXCEEDED
+        timer = SliceTimer(self.slice_seconds)
         cursor = ""
         while True:
             with self._lock:
@@ -117,17 +133,26 @@ class SessionService:
                     return ErrorCode.OK
                 if not cursor and keep_keys is not None:
                     registry.touch(session, self._clock())
-                page, cursor = registry.page(session, cursor, UPDATE_PAGE)
-                for key in page:
-                    meta = self._state.objects.get((resolved, key))
-                    if key not in keep and meta is not None:
-                        registry.detach(meta, session)
+                while True:
+                    page, cursor = registry.page(session, cursor, UPDATE_PAGE)
+                    for key in page:
+                        meta = self._state.objects.get((resolved, key))
+                        if key not in keep and meta is not None:
+                            registry.detach(meta, session)
+                    if not cursor or timer.spent() or registry.get(resolved, session_id) is None:
+                        break
             if not cursor:
                 return ErrorCode.OK
+            yield
+            timer.restart()
 
     def close_kv_session(self, tenant: str, session_id: str) -> ErrorCode:
         """Drop every membership and the pin; shared data stays cached. Idempotent."""
         return self.update_kv_session(tenant, session_id, None)
+
+    def close_kv_session_sliced(self, tenant: str, session_id: str) -> Steps[ErrorCode]:
+        """:meth:`close_kv_session` as a sliced operation."""
+        return (yield from self.update_kv_session_sliced(tenant, session_id, None))
 
     def get_kv_session(
         self, tenant: str, session_id: str
@@ -150,16 +175,30 @@ class SessionService:
         limit: int = 1024,
         pinned: bool | None = None,
         min_idle_ms: int = 0,
-    ) -> tuple[ErrorCode, list[KvSessionInfo], str]:
+    ) -> Listing:
+        """:meth:`list_kv_sessions_sliced`, every slice back to back."""
+        return drive(self.list_kv_sessions_sliced(tenant, cursor, limit, pinned, min_idle_ms))
+
+    def list_kv_sessions_sliced(
+        self,
+        tenant: str,
+        cursor: str = "",
+        limit: int = 1024,
+        pinned: bool | None = None,
+        min_idle_ms: int = 0,
+    ) -> Steps[Listing]:
         """One page of the tenant's sessions after ``cursor`` (exclusive), in id order.
 
-        Weakly consistent: sessions created or ended between pages may or may not appear.
-        A page examines at most ``16 * limit`` sessions, so a selective filter may return a
-        short (even empty) page with a cursor to continue from.
+        Weakly consistent: sessions created or ended between pages (or between the slices
+        of one page) may or may not appear; each is described as it was when the walk reached
+        it. A page examines at most ``16 * limit`` sessions, so a selective filter may return
+        a short (even empty) page with a cursor to continue from.
 
         Returns:
             (OK, infos, next cursor or "" when done), or INVALID_PARAMS for a limit outside
             [1, max_batch] or a negative idle bound.
+
+        Complexity: O(16 * limit), in slices.
         """
         resolved = self._resolve_tenant(tenant)
         if resolved is None or not 1 <= limit <= self._state.sessions.limits.max_batch:
@@ -167,19 +206,27 @@ class SessionService:
         if min_idle_ms < 0:
             return ErrorCode.INVALID_PARAMS, [], ""
         infos: list[KvSessionInfo] = []
-        with self._lock:
-            now = self._clock()
-            offset = time.time() - now
-            last = ""
-            walk = self._state.sessions.sessions_after(resolved, cursor)
-            for examined, session in enumerate(walk):
-                if len(infos) >= limit or examined >= 16 * limit:
-                    return ErrorCode.OK, infos, last
-                last = session.session_id
-                idle_ms = (now - session.last_active_at) * 1000
-                if (pinned is None or session.pinned == pinned) and idle_ms >= min_idle_ms:
-                    infos.append(_public_info(describe(session), now, offset))
-        return ErrorCode.OK, infos, ""
+        timer = SliceTimer(self.slice_seconds)
+        examined = 0
+        last = cursor
+        while True:
+            with self._lock:
+                now = self._clock()
+                offset = time.time() - now
+                for session in self._state.sessions.sessions_after(resolved, last):
+                    if len(infos) >= limit or examined >= 16 * limit:
+                        return ErrorCode.OK, infos, last
+                    examined += 1
+                    last = session.session_id
+                    idle_ms = (now - session.last_active_at) * 1000
+                    if (pinned is None or session.pinned == pinned) and idle_ms >= min_idle_ms:
+                        infos.append(_public_info(describe(session), now, offset))
+                    if timer.spent():
+                        break
+                else:
+                    return ErrorCode.OK, infos, ""
+            yield
+            timer.restart()
 
     def list_kv_session_keys(
         self, tenant: str, session_id: str, cursor: str = "", limit: int = 1024

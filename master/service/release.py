@@ -3,14 +3,24 @@
 :class:`ReleaseService` is reached as ``MasterService.releases``; it depends only on the shared
 :class:`~mooncake_py.master.service.context.ServiceContext`. ``release_kv_session`` closes a
 session and removes the members that nothing else needs: not held by another session, not hard
-pinned, not being written. It works in pages, taking the service lock per page, so releasing a
-huge session never stalls other calls for long; freed bytes are the allocators' own count of
-what came back. A member a reader is still copying from is removed too: its memory comes back
-the moment that read ends (``pending_bytes``). ``release_kv_cache`` removes every KV-cache object of
-a tenant (data type KVCACHE or UNKNOWN) while other data (weights, ...) stays resident.
+pinned, not being written. ``release_kv_cache`` removes every KV-cache object of a tenant (data
+type KVCACHE or UNKNOWN) while other data (weights, ...) stays resident. Freed bytes are the
+allocators' own count of what came back. A member a reader is still copying from is removed
+too: its memory comes back the moment that read ends (``pending_bytes``).
+
+**Slices.** Every release is a sliced operation (:mod:`~mooncake_py.master.service.slices`):
+it works for at most one slice's time per hold of the service lock and lets other calls in
+between, so releasing a huge session (or every session, or a whole tenant's KV cache) never
+stalls other callers for long. A release is therefore not one transaction: each member (or
+object, or session) is judged by its state when the walk reaches it. Members that join a
+session after the walk passed their key are not removed, but they leave the session when it
+ends; objects written after ``release_kv_cache`` took its snapshot are not seen; sessions
+created after the stale/all walk passed their id are not released.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import ObjectDataType, ReleaseResult
@@ -19,9 +29,14 @@ from ..state.objects import ObjectMetadata
 from ..state.session_registry import KvSession, valid_session_id
 from ..state.store import is_soft_pinned
 from .context import ServiceContext
+from .slices import SLICE_SECONDS, SliceTimer, Steps, drive
 
-RELEASE_PAGE = 256
+RELEASE_PAGE = 64
+"""Members looked at between two checks of the slice's time."""
+
 KV_CACHE_TYPES = (int(ObjectDataType.KVCACHE), int(ObjectDataType.UNKNOWN))
+
+Released = tuple[ErrorCode, ReleaseResult]
 
 
 class ReleaseService:
@@ -29,23 +44,34 @@ class ReleaseService:
 
     Args:
         context: the shared lock, state, clock and tenant rule.
+        slice_seconds: how long one slice may hold the lock.
 
-    Thread-safety: every method takes the context's lock; releasing sessions takes it once per
-    page of members (so a release is not one transaction), :meth:`release_kv_cache` once.
+    Thread-safety: every method takes the context's lock once per slice; the ``*_sliced``
+    generators yield between slices with the lock free, the plain methods run every slice
+    back to back.
     """
 
-    def __init__(self, context: ServiceContext) -> None:
+    def __init__(self, context: ServiceContext, slice_seconds: float = SLICE_SECONDS) -> None:
         self._lock = context.lock
         self._state = context.state
         self._clock = context.clock
         self._resolve_tenant = context.tenants.resolve
+        self.slice_seconds = slice_seconds
 
-    def release_kv_session(self, tenant: str, session_id: str) -> tuple[ErrorCode, ReleaseResult]:
+    # -- one session -----------------------------------------------------------------------
+
+    def release_kv_session(self, tenant: str, session_id: str) -> Released:
+        """:meth:`release_kv_session_sliced`, every slice back to back."""
+        return drive(self.release_kv_session_sliced(tenant, session_id))
+
+    def release_kv_session_sliced(self, tenant: str, session_id: str) -> Steps[Released]:
         """Close a session and remove its members that no one else needs.
 
         Returns:
             (OK, what was released and kept); an unknown session is (OK, nothing released,
             with a message); (INVALID_PARAMS, empty) for a bad id.
+
+        Complexity: O(members), in slices.
         """
         resolved = self._resolve_tenant(tenant)
         if resolved is None or not valid_session_id(session_id):
@@ -54,26 +80,32 @@ class ReleaseService:
             session = self._state.sessions.get(resolved, session_id)
         if session is None:
             return ErrorCode.OK, ReleaseResult(message=f"no session {session_id!r}")
-        return ErrorCode.OK, self._release(session)
+        return ErrorCode.OK, (yield from self._release(session, SliceTimer(self.slice_seconds)))
 
-    def _release(self, session: KvSession) -> ReleaseResult:
+    def _release(self, session: KvSession, timer: SliceTimer) -> Steps[ReleaseResult]:
+        """Remove what the session alone holds, then end it (see the module)."""
         total = ReleaseResult(sessions=1)
-        cursor = ""
-        while True:
-            with self._lock:
-                if self._state.sessions.get(session.tenant, session.session_id) is not session:
-                    return total  # emptied (or closed) meanwhile
-                page, cursor = self._state.sessions.page(session, cursor, RELEASE_PAGE)
-                total += self._release_page(session, page)
-            if not cursor:
-                break
-        with self._lock:
-            # Whatever stayed (shared, protected) leaves the session; the session ends.
-            if self._state.sessions.get(session.tenant, session.session_id) is session:
-                for key in list(session.members):
-                    meta = self._state.objects.get((session.tenant, key))
-                    if meta is not None:
-                        self._state.sessions.detach(meta, session)
+        registry = self._state.sessions
+        # First walk: remove the members that can go. Second walk: whatever stayed (shared,
+        # protected) leaves the session, which then ends.
+        for removing in (True, False):
+            cursor = ""
+            while True:
+                with self._lock:
+                    while True:
+                        if registry.get(session.tenant, session.session_id) is not session:
+                            return total  # emptied (or closed) meanwhile
+                        page, cursor = registry.page(session, cursor, RELEASE_PAGE)
+                        if removing:
+                            total += self._release_page(session, page)
+                        else:
+                            self._detach_page(session, page)
+                        if not cursor or timer.spent():
+                            break
+                if not cursor:
+                    break
+                yield
+                timer.restart()
         return total
 
     def _release_page(self, session: KvSession, keys: list[str]) -> ReleaseResult:
@@ -99,6 +131,12 @@ class ReleaseService:
             kept_writing=counts["writing"],
         )
 
+    def _detach_page(self, session: KvSession, keys: list[str]) -> None:
+        for key in keys:
+            meta = self._state.objects.get((session.tenant, key))
+            if meta is not None:
+                self._state.sessions.detach(meta, session)
+
     def _remove_all_of(self, doomed: list[ObjectMetadata], now: float) -> tuple[int, int]:
         """Remove objects; returns the bytes the allocators got back now and the bytes that
         come back when the reads still copying from them end."""
@@ -112,83 +150,143 @@ class ReleaseService:
         self._state.counters.released_bytes += freed
         return freed, pending
 
+    # -- many sessions ---------------------------------------------------------------------
+
     def release_stale_kv_sessions(
         self, tenant: str, max_idle_ms: int, include_pinned: bool = False
-    ) -> tuple[ErrorCode, ReleaseResult]:
+    ) -> Released:
+        """:meth:`release_stale_kv_sessions_sliced`, every slice back to back."""
+        return drive(self.release_stale_kv_sessions_sliced(tenant, max_idle_ms, include_pinned))
+
+    def release_stale_kv_sessions_sliced(
+        self, tenant: str, max_idle_ms: int, include_pinned: bool = False
+    ) -> Steps[Released]:
         """Release every session of the tenant idle for longer than ``max_idle_ms``.
 
-        Pinned sessions are skipped unless ``include_pinned``. Returns the totals.
+        Pinned sessions are skipped unless ``include_pinned``. A session is judged idle when
+        the walk over the tenant's sessions (in id order) reaches it. Returns the totals;
+        (INVALID_PARAMS, empty) for a bad tenant or a negative bound.
+
+        Complexity: O(sessions + their members), in slices.
         """
         resolved = self._resolve_tenant(tenant)
         if resolved is None or max_idle_ms < 0:
             return ErrorCode.INVALID_PARAMS, ReleaseResult()
-        with self._lock:
-            now = self._clock()
-            stale = [
-                s
-                for s in self._state.sessions.sessions_after(resolved, "")
-                if (now - s.last_active_at) * 1000 > max_idle_ms
-                and (include_pinned or not s.pinned)
-            ]
-        return ErrorCode.OK, self._release_many(stale)
 
-    def release_all_kv_sessions(
-        self, tenant: str, confirm: bool = False
-    ) -> tuple[ErrorCode, ReleaseResult]:
-        """Release every session of the tenant; refused (INVALID_PARAMS) without ``confirm``."""
+        def stale(session: KvSession, now: float) -> bool:
+            idle = (now - session.last_active_at) * 1000 > max_idle_ms
+            return idle and (include_pinned or not session.pinned)
+
+        return ErrorCode.OK, (yield from self._release_each(resolved, stale))
+
+    def release_all_kv_sessions(self, tenant: str, confirm: bool = False) -> Released:
+        """:meth:`release_all_kv_sessions_sliced`, every slice back to back."""
+        return drive(self.release_all_kv_sessions_sliced(tenant, confirm))
+
+    def release_all_kv_sessions_sliced(self, tenant: str, confirm: bool = False) -> Steps[Released]:
+        """Release every session of the tenant; refused (INVALID_PARAMS) without ``confirm``.
+
+        Complexity: O(sessions + their members), in slices.
+        """
         resolved = self._resolve_tenant(tenant)
         if resolved is None or not confirm:
             return ErrorCode.INVALID_PARAMS, ReleaseResult(message="confirm=True is required")
-        with self._lock:
-            every = list(self._state.sessions.sessions_after(resolved, ""))
-        return ErrorCode.OK, self._release_many(every)
+        return ErrorCode.OK, (yield from self._release_each(resolved, lambda s, now: True))
 
-    def _release_many(self, sessions: list[KvSession]) -> ReleaseResult:
+    def _release_each(
+        self, tenant: str, chosen: Callable[[KvSession, float], bool]
+    ) -> Steps[ReleaseResult]:
+        """Walk the tenant's sessions in id order and release each one ``chosen`` accepts
+        when the walk reaches it."""
         total = ReleaseResult()
-        for session in sessions:
-            total += self._release(session)
-        return total
+        timer = SliceTimer(self.slice_seconds)
+        cursor = ""
+        while True:
+            picked: KvSession | None = None
+            with self._lock:
+                now = self._clock()
+                walk = self._state.sessions.sessions_after(tenant, cursor)
+                for session in walk:
+                    cursor = session.session_id
+                    if chosen(session, now):
+                        picked = session
+                        break
+                    if timer.spent():
+                        break
+                else:
+                    cursor = ""  # walked to the end
+            if picked is not None:
+                total += yield from self._release(picked, timer)
+            if not cursor:
+                return total
+            if timer.spent():
+                yield
+                timer.restart()
 
-    def release_kv_cache(
-        self, tenant: str, keep_pinned: bool = True
-    ) -> tuple[ErrorCode, ReleaseResult]:
+    # -- the KV cache ----------------------------------------------------------------------
+
+    def release_kv_cache(self, tenant: str, keep_pinned: bool = True) -> Released:
+        """:meth:`release_kv_cache_sliced`, every slice back to back."""
+        return drive(self.release_kv_cache_sliced(tenant, keep_pinned))
+
+    def release_kv_cache_sliced(self, tenant: str, keep_pinned: bool = True) -> Steps[Released]:
         """Remove every KV-cache object (data type KVCACHE or UNKNOWN) of the tenant.
 
         Objects of other types stay. Soft-pinned objects (pinned sessions, TTL pins) stay
         unless ``keep_pinned`` is false; hard-pinned ones and writes in flight always stay.
         Objects readers are still copying from are removed, their memory returned the moment
-        those reads end (``pending_bytes``).
+        those reads end (``pending_bytes``). Each object is judged when the walk over a
+        snapshot of the object table reaches it.
+
+        Returns:
+            (OK, totals), or (INVALID_PARAMS, empty) for a bad tenant.
+
+        Complexity: O(objects), in slices.
         """
         resolved = self._resolve_tenant(tenant)
         if resolved is None:
             return ErrorCode.INVALID_PARAMS, ReleaseResult()
         with self._lock:
-            now = self._clock()
-            candidates = [
-                m
-                for m in self._state.objects.items_of_tenant(resolved)
-                if m.data_type in KV_CACHE_TYPES
-            ]
-            counts = dict.fromkeys(("hard", "writing", "pinned"), 0)
-            doomed: list[ObjectMetadata] = []
-            for meta in candidates:
-                if meta.hard_pinned:
-                    counts["hard"] += 1
-                elif meta.is_writing():
-                    counts["writing"] += 1
-                elif keep_pinned and is_soft_pinned(meta, now):
-                    counts["pinned"] += 1
-                else:
-                    doomed.append(meta)
-            freed, pending = self._remove_all_of(doomed, now)
-        return ErrorCode.OK, ReleaseResult(
-            released_objects=len(doomed),
-            freed_bytes=freed,
-            pending_bytes=pending,
-            kept_hard_pinned=counts["hard"],
-            kept_writing=counts["writing"],
-            kept_pinned=counts["pinned"],
-        )
+            objects = list(self._state.objects)  # one C-level copy of references
+        total = ReleaseResult()
+        timer = SliceTimer(self.slice_seconds)
+        position = 0
+        while position < len(objects):
+            with self._lock:
+                now = self._clock()
+                counts = dict.fromkeys(("hard", "writing", "pinned"), 0)
+                doomed: list[ObjectMetadata] = []
+                while position < len(objects):
+                    meta = objects[position]
+                    position += 1
+                    if (
+                        meta.tenant == resolved
+                        and meta.data_type in KV_CACHE_TYPES
+                        and self._state.objects.get(meta.object_id) is meta
+                    ):
+                        if meta.hard_pinned:
+                            counts["hard"] += 1
+                        elif meta.is_writing():
+                            counts["writing"] += 1
+                        elif keep_pinned and is_soft_pinned(meta, now):
+                            counts["pinned"] += 1
+                        else:
+                            doomed.append(meta)
+                    if timer.spent():
+                        break
+                freed, pending = self._remove_all_of(doomed, now)
+            total += ReleaseResult(
+                released_objects=len(doomed),
+                freed_bytes=freed,
+                pending_bytes=pending,
+                kept_hard_pinned=counts["hard"],
+                kept_writing=counts["writing"],
+                kept_pinned=counts["pinned"],
+            )
+            if position < len(objects):
+                yield
+                timer.restart()
+        return ErrorCode.OK, total
 
 
 def _kept_because(meta: ObjectMetadata) -> str | None:

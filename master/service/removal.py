@@ -16,24 +16,23 @@ larger than :data:`PATTERN_MAX_MEM` (large counted repetitions; RE2 also refuses
 1000). Keys are matched as UTF-8; ``\\w``, ``\\d``, ``\\s`` and ``\\b`` are ASCII-only, as in
 ECMAScript, and ``$`` matches only at the very end of the key.
 
-**Slices.** Both calls walk a snapshot of the object table taken once (a copy of references,
-with the lock held just for that copy), then handle it :data:`REMOVAL_SLICE` objects at a time:
-keys are matched outside the lock (keys never change), and each slice's removals run under one
-hold of the service lock, with expired read leases ended first (as every data-path call does).
-Between slices the lock is free, so calls from other threads (gRPC calls dispatched off the
-event loop, the metrics thread, tools) run in between; a bulk removal is therefore not one
+**Slices.** Both calls are sliced operations (:mod:`~mooncake_py.master.service.slices`):
+they take a snapshot of the object table once (one C-level copy of references, O(objects)
+with a tiny constant), then walk it for :data:`~mooncake_py.master.service.slices.SLICE_SECONDS`
+at a time, each slice under one hold of the service lock with expired read leases ended first
+(as every data-path call does). Other calls run between slices, so a bulk removal is not one
 transaction. The count returned is the number of objects removed: those that matched and were
-removable when their slice ran. An object is judged by what is stored under its key when its
-slice runs (removed meanwhile: skipped; re-put meanwhile: the new object is considered); keys
-first written after the call took its snapshot are not seen. Objects being written (even with
-``force``) and objects under a live read lease (without ``force``) are skipped silently.
+removable when their slice reached them. An object is judged by what is stored under its key
+when its slice runs (removed meanwhile: skipped; re-put meanwhile: the new object is
+considered); keys first written after the call took its snapshot are not seen. Objects being
+written (even with ``force``) and objects under a live read lease (without ``force``) are
+skipped silently.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import re2
 
@@ -41,9 +40,7 @@ from mooncake_py.errors import ErrorCode
 
 from ..state.objects import ObjectMetadata
 from .context import ServiceContext
-
-REMOVAL_SLICE = 1024
-"""Objects handled per hold of the service lock by the bulk removals."""
+from .slices import SLICE_SECONDS, SliceTimer, Steps, drive
 
 MAX_PATTERN_BYTES = 4096
 """Longest accepted pattern, in UTF-8 bytes (the longest key is as long)."""
@@ -96,33 +93,40 @@ class RemovalService:
         context: the shared lock, state, clock and tenant rule.
         remove_locked: removes one object, the lock held: ``(tenant, key, force, now)`` to
             its per-key code (OK when removed).
-        slice_size: objects per lock hold.
+        slice_seconds: how long one slice may hold the lock.
 
     Thread-safety: every method takes the context's lock, once for the snapshot and once per
-    slice.
+    slice; the ``*_sliced`` generators yield between slices with the lock free.
     """
 
     def __init__(
         self,
         context: ServiceContext,
         remove_locked: Callable[[str, str, bool, float], ErrorCode],
-        slice_size: int = REMOVAL_SLICE,
+        slice_seconds: float = SLICE_SECONDS,
     ) -> None:
         self._lock: threading.Lock = context.lock
         self._state = context.state
         self._clock = context.clock
         self._tenants = context.tenants
         self._remove_locked = remove_locked
-        self.slice_size = slice_size
+        self.slice_seconds = slice_seconds
         self.slices_run = 0  # lock holds taken for slices, over this service's life (tests)
 
     def remove_by_regex(
         self, tenant: str, pattern: str, force: bool = False
     ) -> tuple[ErrorCode, int]:
+        """:meth:`remove_by_regex_sliced`, every slice back to back."""
+        return drive(self.remove_by_regex_sliced(tenant, pattern, force))
+
+    def remove_by_regex_sliced(
+        self, tenant: str, pattern: str, force: bool = False
+    ) -> Steps[tuple[ErrorCode, int]]:
         """Remove the tenant's keys the pattern matches anywhere in; see the module.
 
         Returns:
-            (OK, count removed); (INVALID_PARAMS, 0) for a refused pattern or a bad tenant.
+            (OK, count removed); (INVALID_PARAMS, 0) for a refused pattern or a bad tenant
+            (before any slice).
 
         Complexity: O(objects) for the snapshot plus O(total length of the tenant's keys)
         matching, in slices.
@@ -131,9 +135,14 @@ class RemovalService:
         resolved = self._tenants.resolve(tenant)
         if matches is None or resolved is None:
             return ErrorCode.INVALID_PARAMS, 0
-        return ErrorCode.OK, self._remove_sliced(self._snapshot(resolved), force, matches)
+        removed = yield from self._remove_sliced(resolved, force, matches)
+        return ErrorCode.OK, removed
 
     def remove_all(self, tenant: str, force: bool = False) -> int:
+        """:meth:`remove_all_sliced`, every slice back to back."""
+        return drive(self.remove_all_sliced(tenant, force))
+
+    def remove_all_sliced(self, tenant: str, force: bool = False) -> Steps[int]:
         """Remove every removable object of the tenant; returns how many were removed.
 
         With multi-tenancy on, an empty ``tenant`` means every tenant (as upstream); a bad
@@ -143,41 +152,38 @@ class RemovalService:
         resolved = self._tenants.resolve(tenant)
         if resolved is None:
             return 0
-        return self._remove_sliced(self._snapshot(None if everyone else resolved), force, None)
-
-    def _snapshot(self, tenant: str | None) -> list[ObjectMetadata]:
-        """The objects of ``tenant`` (None: of every tenant), now."""
-        with self._lock:
-            # One C-level copy of references: the lock is held O(objects) with a tiny
-            # constant; the tenant filter runs after (an object's tenant and key never change).
-            # References rather than ids: no allocation per object (nor collector work).
-            every = list(self._state.objects)
-        if tenant is None:
-            return every
-        return [m for m in every if m.tenant == tenant]
+        return (yield from self._remove_sliced(None if everyone else resolved, force, None))
 
     def _remove_sliced(
-        self, objects: Sequence[ObjectMetadata], force: bool, matches: KeyMatcher | None
-    ) -> int:
+        self, tenant: str | None, force: bool, matches: KeyMatcher | None
+    ) -> Steps[int]:
+        """Walk a snapshot of the objects of ``tenant`` (None: every tenant) in slices,
+        removing those ``matches`` accepts (None: all)."""
+        with self._lock:
+            # References rather than ids: no allocation per object (nor collector work). An
+            # object's tenant and key never change, so the walk may read them unlocked.
+            objects: Sequence[ObjectMetadata] = list(self._state.objects)
         removed = 0
-        for chunk in _slices(objects, self.slice_size):
-            doomed = chunk if matches is None else [m for m in chunk if matches(m.key)]
-            if not doomed:
-                continue
+        position = 0
+        total = len(objects)
+        timer = SliceTimer(self.slice_seconds)
+        while position < total:
             with self._lock:
                 self.slices_run += 1
                 now = self._clock()
                 self._state.reads.expire_due(now)
-                for meta in doomed:
-                    # By id: what is stored under the key now (removed or re-put meanwhile).
-                    if self._remove_locked(meta.tenant, meta.key, force, now) == ErrorCode.OK:
-                        removed += 1
-            # Give up the GIL for a moment, so a thread waiting for the lock takes it before
-            # this one takes it again (the lock is not fair).
-            time.sleep(0)
+                while position < total:
+                    meta = objects[position]
+                    position += 1
+                    if (tenant is None or meta.tenant == tenant) and (
+                        matches is None or matches(meta.key)
+                    ):
+                        # By id: what is stored under the key now (removed or re-put meanwhile).
+                        code = self._remove_locked(meta.tenant, meta.key, force, now)
+                        removed += code == ErrorCode.OK
+                    if timer.spent():
+                        break
+            if position < total:
+                yield
+                timer.restart()
         return removed
-
-
-def _slices(objects: Sequence[ObjectMetadata], size: int) -> Iterator[Sequence[ObjectMetadata]]:
-    for start in range(0, len(objects), size):
-        yield objects[start : start + size]

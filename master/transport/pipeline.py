@@ -19,17 +19,27 @@ Refused calls get no answer message and are not counted. Transports only frame c
 a :class:`Rejection` into their own status: gRPC aborts with UNAUTHENTICATED,
 INVALID_ARGUMENT or PERMISSION_DENIED, the stream channel answers with status 3, 1 or 4.
 
+**Sliced calls.** An RPC the table marks ``sliced`` (bulk removals, releases, session
+updates and listings: work that grows with the store) has a generator target that yields
+between bounded slices (:mod:`mooncake_py.master.service.slices`). Transports start it with
+:meth:`CallPipeline.call_sliced` and run it with :func:`drive_on_loop`, one slice per step of
+the event loop, so the calls of other connections run in between; the steps above are the
+same, and a refusal comes before any slice.
+
 Thread-safety: calls run on the event loop thread (targets never block); the pipeline holds no
 per-call state, so a transport may run calls from any single thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import inspect
 import logging
 import operator
-from collections.abc import Callable, Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError
 
@@ -37,9 +47,18 @@ from mooncake_py._wire.rpcs import RPCS, Rpc
 
 from ..metrics import RpcCounters
 from ..service.facade import SERVICE_VERSION, MasterService
+from ..service.slices import Steps, drive
 from .auth import Denial, TokenAuthority, bind_tenant
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+LOOP_STEPS_BETWEEN_SLICES = 4
+"""Steps of the event loop between two slices of a sliced call. A gRPC call needs several
+steps of the loop (its completion-queue events come one per step), so with one step between
+slices it would wait several slices; a few steps cost little (microseconds each)."""
+Answer = tuple["Rejection | None", bytes]
 
 
 class Rejection(enum.Enum):
@@ -59,16 +78,24 @@ class BoundCall:
 
     Attributes:
         rpc: the table entry.
+        sliced: the RPC is a sliced call (``rpc.sliced``).
         parse: request bytes -> request message; raises DecodeError.
-        run: a parsed, tenant-bound request -> the serialized answer (steps 4 to 6).
+        run_sliced: a parsed, tenant-bound request -> the serialized answer (steps 4 to 6),
+            as a sliced operation (one that finishes without yielding for a plain RPC).
+        run: the same, every slice back to back.
     """
 
-    __slots__ = ("rpc", "parse", "run")
+    __slots__ = ("rpc", "sliced", "parse", "run", "run_sliced")
 
-    def __init__(self, rpc: Rpc, run: Callable[[Any], bytes]) -> None:
+    def __init__(
+        self,
+        rpc: Rpc,
+        runners: tuple[Callable[[Any], bytes], Callable[[Any], Steps[bytes]]],
+    ) -> None:
         self.rpc = rpc
+        self.sliced = rpc.sliced
         self.parse = rpc.request_type.FromString
-        self.run = run
+        self.run, self.run_sliced = runners
 
 
 class CallPipeline:
@@ -129,17 +156,30 @@ class CallPipeline:
             return ""
         return self._authority.tenant_of_header(header)
 
-    def call(
-        self, bound: BoundCall, payload: bytes, tenant: str | None
-    ) -> tuple[Rejection | None, bytes]:
+    def call(self, bound: BoundCall, payload: bytes, tenant: str | None) -> Answer:
         """Run one call of ``bound`` with request bytes ``payload`` for identity ``tenant``
-        (from :meth:`authenticate`).
+        (from :meth:`authenticate`); a sliced call runs every slice back to back.
 
         Returns:
             ``(None, serialized answer)``, or ``(rejection, UTF-8 text)`` for a refused call.
 
         Complexity: that of the target plus O(payload) for decoding and encoding.
         """
+        admitted = self._admit(bound, payload, tenant)
+        if isinstance(admitted, tuple):
+            return admitted
+        return None, bound.run(admitted)
+
+    def call_sliced(self, bound: BoundCall, payload: bytes, tenant: str | None) -> Steps[Answer]:
+        """:meth:`call` as a sliced operation, for :func:`drive_on_loop`; a refusal comes
+        before the first slice."""
+        admitted = self._admit(bound, payload, tenant)
+        if isinstance(admitted, tuple):
+            return admitted
+        return None, (yield from bound.run_sliced(admitted))
+
+    def _admit(self, bound: BoundCall, payload: bytes, tenant: str | None) -> Any:
+        """Steps 1 to 3: the parsed, tenant-bound request, or the refusal ``Answer``."""
         bind_to = None
         if self._authority is not None:
             if tenant is None:
@@ -151,10 +191,13 @@ class CallPipeline:
             return Rejection.UNDECODABLE, f"{Rejection.UNDECODABLE.value}: {exc}".encode()
         if bind_to is not None and bind_tenant(request, bind_to) is not None:
             return Rejection.PERMISSION_DENIED, _PERMISSION_DENIED_TEXT
-        return None, bound.run(request)
+        return request
 
-    def _runner(self, rpc: Rpc) -> Callable[[Any], bytes]:
+    def _runner(self, rpc: Rpc) -> tuple[Callable[[Any], bytes], Callable[[Any], Steps[bytes]]]:
+        """The plain and the sliced runner of ``rpc`` (steps 4 to 6)."""
         target = operator.attrgetter(rpc.target)(self)
+        if rpc.sliced != inspect.isgeneratorfunction(target):
+            raise TypeError(f"{rpc.name}: sliced={rpc.sliced} but its target disagrees")
         decode_args = rpc.args.decode
         encode = rpc.result.encode
         name = rpc.name
@@ -162,16 +205,60 @@ class CallPipeline:
         answers_code = rpc.answers_code
         failure = rpc.failure
 
+        def failed(request: Any) -> bytes:
+            log.exception("%s failed", name)
+            record(name, True)
+            answer: bytes = failure(request).SerializeToString()
+            return answer
+
+        def run_sliced(request: Any) -> Generator[None, None, bytes]:
+            try:
+                response = encode((yield from target(*decode_args(request))))
+                answer: bytes = response.SerializeToString()
+            except Exception:
+                return failed(request)
+            record(name, answers_code and response.code != 0)
+            return answer
+
+        if rpc.sliced:
+            return lambda request: drive(run_sliced(request)), run_sliced
+
         def run(request: Any) -> bytes:
+            # The hot path of every plain call: no generator.
             try:
                 response = encode(target(*decode_args(request)))
                 answer: bytes = response.SerializeToString()
             except Exception:
-                log.exception("%s failed", name)
-                record(name, True)
-                failed: bytes = failure(request).SerializeToString()
-                return failed
+                return failed(request)
             record(name, answers_code and response.code != 0)
             return answer
 
-        return run
+        def run_at_once(request: Any) -> Generator[None, None, bytes]:
+            return run(request)
+            yield  # never reached: makes this a generator function
+
+        return run, run_at_once
+
+
+async def drive_on_loop(steps: Steps[T]) -> T:
+    """Run a sliced operation on the running event loop, one slice per step of the loop.
+
+    Between two slices every ready callback runs (other connections' calls, timers), so no
+    caller waits for more than about one slice. Cancelling the awaiting task stops the
+    operation between two slices (what was done stays done).
+    """
+    try:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            # gRPC's completion-queue poller is a thread of its own: give it the GIL now
+            # rather than after the interpreter's switch interval (5 ms) into the next slice,
+            # once per event of each call it hands over.
+            time.sleep(0)
+            for _ in range(LOOP_STEPS_BETWEEN_SLICES):
+                await asyncio.sleep(0)
+    finally:
+        steps.close()

@@ -11,7 +11,11 @@ An entry names:
 - ``result``: how the target's return value becomes the response, and the response becomes
   what the client returns (:class:`Result`, built from :mod:`mooncake_py._wire.codec`);
 - ``per_key``: for batch answers, the request's key list, so that the INTERNAL_ERROR answer
-  (:meth:`Rpc.failure`) carries one failure per key.
+  (:meth:`Rpc.failure`) carries one failure per key;
+- ``sliced``: the target is a sliced operation (a generator that yields between bounded
+  slices of work, :mod:`mooncake_py.master.service.slices`); the master's transports run one
+  slice per step of their event loop, so calls whose cost grows with the store never stall
+  other callers.
 
 The master decodes ``args``, calls ``target`` and encodes ``result``; the client encodes
 ``args`` from its method's arguments and decodes ``result``. Request and response types come
@@ -240,6 +244,7 @@ class Rpc:
         args: the argument spec, compiled here against the request type.
         result: how the answer travels; must be for the RPC's response type.
         per_key: for an answer that is one list (no ``code``), the request's key list.
+        sliced: the target is a sliced operation (see the module docstring).
 
     Attributes:
         wire_name: ``name`` as the stream channel's frames carry it.
@@ -261,9 +266,11 @@ class Rpc:
         args: Fields | Tagged,
         result: Result,
         per_key: str | None = None,
+        sliced: bool = False,
     ) -> None:
         method = SERVICE.methods_by_name[name]
         self.name = name
+        self.sliced = sliced
         self.wire_name = name.encode()
         self.path = f"/{SERVICE_NAME}/{name}"
         self.request_type: Any = getattr(pb, method.input_type.name)
@@ -402,11 +409,18 @@ _ENTRIES = (
     ),
     Rpc(
         "UpdateKvSession",
-        "service.sessions.update_kv_session",
+        "service.sessions.update_kv_session_sliced",
         Fields("tenant_id", "session_id", "keep_keys"),
         STATUS,
+        sliced=True,
     ),
-    Rpc("CloseKvSession", "service.sessions.close_kv_session", SESSION_ID, STATUS),
+    Rpc(
+        "CloseKvSession",
+        "service.sessions.close_kv_session_sliced",
+        SESSION_ID,
+        STATUS,
+        sliced=True,
+    ),
     Rpc("GetKvSession", "service.sessions.get_kv_session", SESSION_ID, SESSION),
     Rpc(
         "ListKvSessionKeys",
@@ -416,29 +430,39 @@ _ENTRIES = (
     ),
     Rpc(
         "ListKvSessions",
-        "service.sessions.list_kv_sessions",
+        "service.sessions.list_kv_sessions_sliced",
         Fields("tenant_id", "cursor", "limit", "pinned", "min_idle_ms"),
         SESSION_LIST,
+        sliced=True,
     ),
     # Releasing the memory sessions hold.
-    Rpc("ReleaseKvSession", "service.releases.release_kv_session", SESSION_ID, RELEASE),
+    Rpc(
+        "ReleaseKvSession",
+        "service.releases.release_kv_session_sliced",
+        SESSION_ID,
+        RELEASE,
+        sliced=True,
+    ),
     Rpc(
         "ReleaseStaleKvSessions",
-        "service.releases.release_stale_kv_sessions",
+        "service.releases.release_stale_kv_sessions_sliced",
         Fields("tenant_id", "max_idle_ms", "include_pinned"),
         RELEASE,
+        sliced=True,
     ),
     Rpc(
         "ReleaseAllKvSessions",
-        "service.releases.release_all_kv_sessions",
+        "service.releases.release_all_kv_sessions_sliced",
         Fields("tenant_id", "confirm"),
         RELEASE,
+        sliced=True,
     ),
     Rpc(
         "ReleaseKvCache",
-        "service.releases.release_kv_cache",
+        "service.releases.release_kv_cache_sliced",
         Fields("tenant_id", "keep_pinned"),
         RELEASE,
+        sliced=True,
     ),
     # Read and query path.
     Rpc("GetReplicaList", "service.reads.get_replica_list", READER_KEY, REPLICAS),
@@ -476,11 +500,12 @@ _ENTRIES = (
     ),
     Rpc(
         "RemoveByRegex",
-        "service.remove_by_regex",
+        "service.remove_by_regex_sliced",
         Fields("tenant_id", "pattern", "force"),
         CODE_AND_COUNT,
+        sliced=True,
     ),
-    Rpc("RemoveAll", "service.remove_all", Fields("tenant_id", "force"), COUNT),
+    Rpc("RemoveAll", "service.remove_all_sliced", Fields("tenant_id", "force"), COUNT, sliced=True),
 )
 
 

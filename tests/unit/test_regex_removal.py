@@ -7,22 +7,19 @@ from __future__ import annotations
 
 import re
 import time
-import types
 from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
 from mooncake_py.errors import ErrorCode
-from mooncake_py.master.service import removal
 from mooncake_py.master.service.facade import MasterService
-from mooncake_py.master.service.removal import (
-    MAX_PATTERN_BYTES,
-    REMOVAL_SLICE,
-    compile_key_pattern,
-)
+from mooncake_py.master.service.removal import MAX_PATTERN_BYTES, compile_key_pattern
+from mooncake_py.master.service.slices import Steps, drive
 from mooncake_py.master.state.objects import MAX_KEY_BYTES
 from tests.unit.test_service import make_service, mount, put, start
 
+T = TypeVar("T")
 OK = ErrorCode.OK
 BAD = ErrorCode.INVALID_PARAMS
 
@@ -129,13 +126,14 @@ def test_tenant_isolation() -> None:
 
 
 def test_count_over_many_slices() -> None:
-    n = 2 * REMOVAL_SLICE + 17
+    n = 2 * 1024 + 17
     keys = [f"k/{i:05d}" for i in range(n)]
     service = filled(keys)
     removals = service._removals
+    removals.slice_seconds = 0.0  # every object its own slice
     before = removals.slices_run
     assert service.remove_by_regex("", r"[02468]$") == (OK, len(keys) // 2 + 1)
-    assert removals.slices_run - before == 3
+    assert removals.slices_run - before == n
     assert service.remove_all("") == n - (len(keys) // 2 + 1)
     assert service.stats()["objects"] == 0
     service.check()
@@ -187,25 +185,20 @@ def test_python_re_agrees_where_both_apply() -> None:
 # --- slices ------------------------------------------------------------------------------------
 
 
-def _between_slices(monkeypatch: pytest.MonkeyPatch, hook: Callable[[], None]) -> None:
-    """Run ``hook`` where a removal gives up the lock between two slices (once)."""
-    done: list[bool] = []
-
-    def sleep(_: float) -> None:
-        if not done:
-            done.append(True)
-            hook()
-
-    monkeypatch.setattr(removal, "time", types.SimpleNamespace(sleep=sleep))
+def _run_with(steps: Steps[T], hook: Callable[[], None]) -> T:
+    """Drive a sliced call, running ``hook`` where it first gives up the lock."""
+    next(steps)
+    hook()
+    return drive(steps)
 
 
-def test_lock_is_free_between_slices_and_changes_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lock_is_free_between_slices_and_changes_meanwhile() -> None:
     service, clock = make_service()
     mount(service, "c1", "s1", size=64 << 20)
     keys = [f"k/{i}" for i in range(3 * 4)]  # four slices of three
     for key in keys:
         put(service, "w", key, 10)
-    service._removals.slice_size = 3
+    service._removals.slice_seconds = 0.0  # one object per slice
     assert service.reads.exist_key("", "k/10") == 1  # leased now; the hold ends at its TTL
     seen: list[bool] = []
 
@@ -216,21 +209,21 @@ def test_lock_is_free_between_slices_and_changes_meanwhile(monkeypatch: pytest.M
         put(service, "w", "k/0", 10)  # re-put behind the walk: not seen either
         clock.advance(service.config.default_kv_lease_ttl / 1000 + 1)  # k/10's hold ends
 
-    _between_slices(monkeypatch, meanwhile)
     # 12 keys, less k/5 (gone); k/10 too, its hold having ended before its slice ran.
-    assert service.remove_by_regex("", "^k/") == (OK, 11)
+    steps = service._removals.remove_by_regex_sliced("", "^k/")
+    assert _run_with(steps, meanwhile) == (OK, 11)
     assert seen == [False]
     assert present(service, [*keys, "k/new"]) == ["k/0", "k/new"]
     service.check()
 
 
-def test_remove_all_slices_too(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_remove_all_slices_too() -> None:
     keys = [f"k{i}" for i in range(10)]
     service = filled(keys)
-    service._removals.slice_size = 4
-    _between_slices(monkeypatch, lambda: put(service, "w", "late", 10))
+    service._removals.slice_seconds = 0.0
     before = service._removals.slices_run
-    assert service.remove_all("") == 10
-    assert service._removals.slices_run - before == 3
+    steps = service._removals.remove_all_sliced("")
+    assert _run_with(steps, lambda: put(service, "w", "late", 10)) == 10
+    assert service._removals.slices_run - before == 10
     assert present(service, ["late"]) == ["late"]
     service.check()

@@ -1,0 +1,79 @@
+"""Work whose cost grows with the store, run in bounded slices that let other callers in.
+
+A *sliced* operation is a generator function: it does one slice of work with the service lock
+held, lets go of the lock and yields ``None``; whoever drives it decides what runs before the
+next slice, and the generator's return value is the call's result. It never yields with the
+lock held. Two drivers exist:
+
+- :func:`drive` runs every slice back to back (synchronous callers: tools, tests, the plain
+  methods of the services);
+- the master's transports run each slice as one step of the event loop
+  (:func:`mooncake_py.master.transport.pipeline.drive_on_loop`), so calls from other
+  connections run between two slices and none waits longer than about one slice.
+
+A slice ends when it has run for :data:`SLICE_SECONDS` (:class:`SliceTimer`), whatever the
+size of its items: the pause a sliced call imposes on everyone else does not depend on the
+store's size or on how costly each item is. Because other calls run in between, a sliced call
+is not one transaction; each documents which consistent result it returns.
+
+Thread-safety: a generator must be driven by one thread at a time (Python's rule); the slices
+themselves take the service lock as any call does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+Steps = Generator[None, None, T]
+"""A sliced operation in progress: yields between slices, returns the result."""
+
+SLICE_SECONDS = 0.001
+"""How long one slice may run before it lets other callers in. Small against the 20 ms p99
+a concurrent caller may see, large against the cost of one step of the event loop."""
+
+
+def drive(steps: Steps[T]) -> T:
+    """Run every slice of ``steps`` back to back and return its result.
+
+    Between two slices the calling thread gives up the GIL for a moment, so that a thread
+    waiting for the service lock takes it before this one takes it again (the lock is not fair).
+
+    Raises:
+        Whatever the operation raises.
+    """
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        time.sleep(0)
+
+
+class SliceTimer:
+    """Says when the current slice has used its time.
+
+    Args:
+        seconds: the slice's length.
+
+    Complexity: O(1) per call (one monotonic clock read).
+    Thread-safety: one owner.
+    """
+
+    __slots__ = ("_seconds", "_deadline")
+
+    def __init__(self, seconds: float = SLICE_SECONDS) -> None:
+        self._seconds = seconds
+        self._deadline = time.perf_counter() + seconds
+
+    def spent(self) -> bool:
+        """True when the slice has run for its time; the caller then ends it and yields."""
+        return time.perf_counter() >= self._deadline
+
+    def restart(self) -> None:
+        """Start timing the next slice (call after yielding)."""
+        self._deadline = time.perf_counter() + self._seconds
