@@ -16,11 +16,17 @@ heartbeat, took it meanwhile: it then waits for that connection to come back, at
 timeout). The master runs a connection's frames in order, so it has run the one-way call before
 it runs that next call: a thread that ends its reads one-way and then removes the key finds
 the key unleased. Calls of *other* threads are not ordered after it.
+
+**Idle connections**: the master closes a connection silent for its idle timeout. Before a
+call reuses a connection that sat in the pool for over ``STALE_CHECK_AFTER_S``, a zero-timeout
+poll tells whether the master closed it (an idle connection has nothing to read unless it was
+closed); such a connection is dropped and another taken, so the call never fails for it.
 """
 
 from __future__ import annotations
 
 import itertools
+import select
 import socket
 import threading
 import time
@@ -34,6 +40,19 @@ from mooncake_py._wire.frames import (
 )
 
 CONNECT_TIMEOUT_S = 5.0
+
+STALE_CHECK_AFTER_S = 0.25
+"""A pooled connection idle for longer is checked for a close by the master before reuse."""
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether an idle connection (no call in flight) was closed by the other end: it is then
+    readable (end of stream or a reset). O(1), one poll."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):  # closed here already
+        return True
+    return bool(readable)
 
 
 class ChannelError(Exception):
@@ -60,6 +79,7 @@ class ChannelClient:
         self._token = token
         self._timeout_s = timeout_s
         self._idle: list[socket.socket] = []
+        self._idle_since: dict[socket.socket, float] = {}
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
         self._waiters = 0
@@ -124,8 +144,12 @@ class ChannelClient:
             if follow is not None:
                 self._local.follow = None
                 taken = self._reclaim(follow)
-            if taken is None and self._idle:
+                if taken is not None and not self._fresh(taken):
+                    taken = None
+            while taken is None and self._idle:
                 taken = self._idle.pop()
+                if not self._fresh(taken):
+                    taken = None
             if taken is not None:
                 return taken
         sock = socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT_S)
@@ -165,10 +189,22 @@ class ChannelClient:
                 self._waiters -= 1
         return None
 
+    def _fresh(self, sock: socket.socket) -> bool:
+        """Whether a connection just taken from the pool may carry a call; a stale one is
+        closed. Holds the lock."""
+        since = self._idle_since.pop(sock, None)
+        if since is None or time.monotonic() - since <= STALE_CHECK_AFTER_S:
+            return True
+        if _closed_by_peer(sock):
+            sock.close()
+            return False
+        return True
+
     def _give_back(self, sock: socket.socket) -> None:
         with self._lock:
             if not self._closed:
                 self._idle.append(sock)
+                self._idle_since[sock] = time.monotonic()
                 if self._waiters:
                     self._returned.notify_all()
                 return
@@ -185,6 +221,7 @@ class ChannelClient:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            self._idle_since.clear()
             self._returned.notify_all()
         for sock in idle:
             sock.close()

@@ -267,6 +267,19 @@ class MasterConfig:
         "Stream-channel connections held at once; one beyond is closed at once.",
         Positive(),
     )
+    rpc_conn_timeout_seconds: float = _opt(
+        300.0,
+        "float",
+        "Idle RPC connections (stream channel and gRPC) are closed after this many seconds; "
+        "0 keeps them open (upstream's default). Clients reconnect transparently.",
+        AtLeast(0),
+    )
+    rpc_max_concurrent_calls: int = _opt(
+        4096,
+        "int",
+        "gRPC calls in progress at once; one beyond is refused with RESOURCE_EXHAUSTED.",
+        Positive(),
+    )
     log_level: str = _opt(
         "INFO", "str", "Log verbosity.", OneOf("DEBUG", "INFO", "WARNING", "ERROR")
     )

@@ -20,11 +20,14 @@ from .config import MasterConfig
 from .metrics import MetricsServer, RpcCounters
 from .service.facade import MasterService
 from .transport.auth import TokenAuthority
-from .transport.grpc_transport import add_to_server
+from .transport.grpc_transport import TokenGate, add_to_server
 from .transport.pipeline import CallPipeline
 from .transport.stream import StreamChannel, start_channel
 
 log = logging.getLogger(__name__)
+
+GRPC_MAX_STREAMS_PER_CONNECTION = 256
+"""Concurrent calls one gRPC connection may carry (HTTP/2 streams)."""
 
 
 class MasterServer:
@@ -79,12 +82,21 @@ class MasterServer:
             RuntimeError: the address could not be bound.
         """
         limit = self.config.max_message_bytes
+        options: list[tuple[str, int]] = [
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+            # Calls run one at a time on the loop: many streams per connection buy nothing.
+            ("grpc.max_concurrent_streams", GRPC_MAX_STREAMS_PER_CONNECTION),
+        ]
+        idle_ms = int(self.config.rpc_conn_timeout_seconds * 1000)
+        if idle_ms:
+            options.append(("grpc.max_connection_idle_ms", idle_ms))
+        gates = [TokenGate(self._pipeline)] if self._pipeline.requires_token else []
         server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", limit),
-                ("grpc.so_reuseport", 0),
-            ]
+            options=options,
+            maximum_concurrent_rpcs=self.config.rpc_max_concurrent_calls,
+            interceptors=gates,
         )
         add_to_server(self._pipeline, server)
         bind = f"{self.config.rpc_address}:{self.config.port}"
@@ -121,6 +133,7 @@ class MasterServer:
                 self.config.fast_rpc_port,
                 self.config.max_message_bytes,
                 self.config.stream_max_connections,
+                self.config.rpc_conn_timeout_seconds,
             )
             self.fast_port = self._channel.port
             self._pipeline.fast_port = self.fast_port

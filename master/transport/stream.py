@@ -14,15 +14,23 @@ refusal or error is dropped (a non-OK status is logged at debug level).
 Limits, so that no caller exhausts the master: while a connection has not authenticated on a
 master that requires tokens, a frame may be at most ``PRE_AUTH_MAX_FRAME`` bytes (a token fits;
 a large frame closes the connection before its body is buffered), and ``max_frame`` after; the
-channel holds at most ``max_connections`` connections at once and closes any connection beyond.
+channel holds at most ``max_connections`` connections at once and closes any connection beyond;
+a connection that has not authenticated within ``PRE_AUTH_TIMEOUT_S`` (tokens required), or
+that sent nothing for ``idle_timeout_s`` while no call of its runs, is closed (clients
+reconnect transparently: a pooled connection is checked before reuse).
 
-Calls run synchronously on the event loop, in order per connection, as the gRPC ones do.
+Calls run on the event loop, in order per connection, as the gRPC ones do. A plain call runs
+synchronously; a sliced call (:attr:`~mooncake_py._wire.rpcs.Rpc.sliced`) runs one slice per
+step of the loop, so other connections' calls run in between, and the connection's later
+frames wait (reading from it pauses) until its answer is written. Closing the connection stops
+a sliced call between two slices.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 
 from mooncake_py._wire.frames import (
@@ -38,12 +46,15 @@ from mooncake_py._wire.frames import (
     response_frame,
 )
 
-from .pipeline import BoundCall, CallPipeline, Rejection
+from .pipeline import BoundCall, CallPipeline, Rejection, drive_on_loop
 
 log = logging.getLogger(__name__)
 
 PRE_AUTH_MAX_FRAME = 64 * 1024
 """Longest frame a connection may send before it authenticates (when tokens are required)."""
+
+PRE_AUTH_TIMEOUT_S = 10.0
+"""Time a connection has to authenticate (when tokens are required) before it is closed."""
 
 _STATUS_OF = {
     Rejection.UNAUTHENTICATED: STATUS_UNAUTHENTICATED,
@@ -54,14 +65,15 @@ _BAD_TOKEN_TEXT = Rejection.UNAUTHENTICATED.value.encode()
 
 
 class _ChannelProtocol(asyncio.Protocol):
-    """One connection: its buffer and the identity its ``Authenticate`` frame established."""
+    """One connection: its buffer, the identity its ``Authenticate`` frame established, and
+    the sliced call it runs, if any."""
 
     def __init__(
         self,
         pipeline: CallPipeline,
         calls: Mapping[bytes, BoundCall],
         max_frame: int,
-        live: set[asyncio.Transport],
+        live: dict[asyncio.Transport, _ChannelProtocol],
         max_connections: int,
     ) -> None:
         self._pipeline = pipeline
@@ -74,6 +86,18 @@ class _ChannelProtocol(asyncio.Protocol):
         self._live = live
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
+        self._running: asyncio.Task[None] | None = None  # a sliced call of this connection
+        self.opened_at = self.active_at = time.monotonic()
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether the connection may call (it authenticated, or no token is required)."""
+        return self._tenant is not None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a sliced call of this connection is running."""
+        return self._running is not None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -82,15 +106,23 @@ class _ChannelProtocol(asyncio.Protocol):
             transport.abort()
             return
         self._transport = transport
-        self._live.add(transport)
+        self._live[transport] = self
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None:
-            self._live.discard(self._transport)
+            self._live.pop(self._transport, None)
+        if self._running is not None:
+            self._running.cancel()
 
     def data_received(self, data: bytes) -> None:
+        self.active_at = time.monotonic()
+        self._buffer += data
+        if self._running is None:
+            self._process()
+
+    def _process(self) -> None:
+        """Answer every complete frame in the buffer, until a sliced call starts."""
         buffer = self._buffer
-        buffer += data
         start = 0
         transport = self._transport
         if transport is None:  # refused at connection time
@@ -105,19 +137,48 @@ class _ChannelProtocol(asyncio.Protocol):
             if frame is None:
                 break
             start, call_id, name, payload = frame
+            bound = self._calls.get(name)
+            if bound is not None and bound.sliced:
+                # Later frames wait for its answer; stop reading so they wait in the kernel.
+                transport.pause_reading()
+                # A copy: the payload may be a view of the buffer, which is trimmed below.
+                self._running = asyncio.get_running_loop().create_task(
+                    self._run_sliced(call_id, bound, bytes(payload))
+                )
+                break
             status, body = self._answer(name, payload)
-            if call_id == ONE_WAY_CALL_ID:
-                if status != STATUS_OK:
-                    log.debug(
-                        "one-way %s refused (status %d): %s",
-                        name.decode("utf-8", "replace"),
-                        status,
-                        body.decode("utf-8", "replace"),
-                    )
-                continue
-            transport.write(response_frame(call_id, status, body))
+            self._respond(call_id, status, body)
         if start:
             del buffer[:start]
+
+    async def _run_sliced(self, call_id: int, bound: BoundCall, payload: bytes) -> None:
+        try:
+            rejection, body = await drive_on_loop(
+                self._pipeline.call_sliced(bound, payload, self._tenant)
+            )
+        except asyncio.CancelledError:  # the connection went away
+            return
+        finally:
+            self._running = None
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        self.active_at = time.monotonic()
+        self._respond(call_id, STATUS_OK if rejection is None else _STATUS_OF[rejection], body)
+        transport.resume_reading()
+        self._process()
+
+    def _respond(self, call_id: int, status: int, body: bytes) -> None:
+        if call_id == ONE_WAY_CALL_ID:
+            if status != STATUS_OK:
+                log.debug(
+                    "one-way call refused (status %d): %s",
+                    status,
+                    body.decode("utf-8", "replace"),
+                )
+            return
+        assert self._transport is not None
+        self._transport.write(response_frame(call_id, status, body))
 
     def _answer(self, name: bytes, payload: bytes) -> tuple[int, bytes]:
         """Run one frame: ``(status, response message or error text)``."""
@@ -134,20 +195,62 @@ class _ChannelProtocol(asyncio.Protocol):
         return STATUS_UNKNOWN_METHOD, b"unknown method " + name
 
 
-class StreamChannel:
-    """A listening stream channel and its open connections."""
+def close_idle(
+    live: Mapping[asyncio.Transport, _ChannelProtocol], now: float, idle_timeout_s: float
+) -> int:
+    """Close the connections that overstayed: unauthenticated for ``PRE_AUTH_TIMEOUT_S``, or
+    silent for ``idle_timeout_s`` (0: never) with no call running. Returns how many.
 
-    def __init__(self, server: asyncio.Server, live: set[asyncio.Transport]) -> None:
+    Complexity: O(connections).
+    """
+    doomed = [
+        transport
+        for transport, conn in live.items()
+        if (not conn.authenticated and now - conn.opened_at > PRE_AUTH_TIMEOUT_S)
+        or (idle_timeout_s > 0 and not conn.busy and now - conn.active_at > idle_timeout_s)
+    ]
+    for transport in doomed:
+        transport.close()
+    return len(doomed)
+
+
+class StreamChannel:
+    """A listening stream channel, its open connections and its idle-connection timer."""
+
+    def __init__(
+        self,
+        server: asyncio.Server,
+        live: dict[asyncio.Transport, _ChannelProtocol],
+        idle_timeout_s: float,
+    ) -> None:
         self._server = server
         self._live = live
+        self._idle_timeout_s = idle_timeout_s
+        self._reaper = asyncio.get_running_loop().create_task(self._reap_idle())
 
     @property
     def port(self) -> int:
         """The bound port."""
         return int(self._server.sockets[0].getsockname()[1])
 
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return len(self._live)
+
+    async def _reap_idle(self) -> None:
+        # Often enough that an unauthenticated connection goes within ~1.25x its time.
+        timeouts = [PRE_AUTH_TIMEOUT_S] + ([self._idle_timeout_s] if self._idle_timeout_s else [])
+        interval = min(timeouts) / 4
+        while True:
+            await asyncio.sleep(interval)
+            closed = close_idle(self._live, time.monotonic(), self._idle_timeout_s)
+            if closed:
+                log.debug("stream channel: closed %d idle connections", closed)
+
     async def close(self) -> None:
         """Stop listening and drop every connection (clients then fall back or reconnect)."""
+        self._reaper.cancel()
         self._server.close()
         for transport in list(self._live):
             transport.close()
@@ -155,7 +258,12 @@ class StreamChannel:
 
 
 async def start_channel(
-    pipeline: CallPipeline, host: str, port: int, max_frame: int, max_connections: int = 4096
+    pipeline: CallPipeline,
+    host: str,
+    port: int,
+    max_frame: int,
+    max_connections: int = 4096,
+    idle_timeout_s: float = 300.0,
 ) -> StreamChannel:
     """Listen on ``host:port`` (0 picks a free port) and serve every RPC of ``pipeline``.
 
@@ -163,14 +271,16 @@ async def start_channel(
         max_frame: the longest frame accepted from an authenticated connection (or any, when
             no token is required); a longer one closes its connection.
         max_connections: connections held at once; a connection beyond is closed at once.
+        idle_timeout_s: a connection silent this long (no call of its running) is closed;
+            0 keeps idle connections open.
 
     Raises:
         OSError: the address could not be bound.
     """
     calls = {bound.rpc.wire_name: bound for bound in pipeline.calls.values()}
-    live: set[asyncio.Transport] = set()
+    live: dict[asyncio.Transport, _ChannelProtocol] = {}
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: _ChannelProtocol(pipeline, calls, max_frame, live, max_connections), host, port
     )
-    return StreamChannel(server, live)
+    return StreamChannel(server, live, idle_timeout_s)
