@@ -46,7 +46,8 @@ from mooncake_py._wire.frames import (
     response_frame,
 )
 
-from .pipeline import BoundCall, CallPipeline, Rejection, drive_on_loop
+from ..service.slices import Steps
+from .pipeline import Answer, BoundCall, CallPipeline, Rejection, drive_on_loop
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ _STATUS_OF = {
     Rejection.PERMISSION_DENIED: STATUS_PERMISSION_DENIED,
 }
 _BAD_TOKEN_TEXT = Rejection.UNAUTHENTICATED.value.encode()
+
+
+def _status(rejection: Rejection | None) -> int:
+    return STATUS_OK if rejection is None else _STATUS_OF[rejection]
 
 
 class _ChannelProtocol(asyncio.Protocol):
@@ -139,11 +144,17 @@ class _ChannelProtocol(asyncio.Protocol):
             start, call_id, name, payload = frame
             bound = self._calls.get(name)
             if bound is not None and bound.sliced:
+                steps = self._pipeline.call_sliced(bound, payload, self._tenant)
+                try:
+                    next(steps)  # the first slice now: a small call needs no other
+                except StopIteration as done:
+                    rejection, body = done.value
+                    self._respond(call_id, _status(rejection), body)
+                    continue
                 # Later frames wait for its answer; stop reading so they wait in the kernel.
                 transport.pause_reading()
-                # A copy: the payload may be a view of the buffer, which is trimmed below.
                 self._running = asyncio.get_running_loop().create_task(
-                    self._run_sliced(call_id, bound, bytes(payload))
+                    self._finish_sliced(call_id, steps)
                 )
                 break
             status, body = self._answer(name, payload)
@@ -151,11 +162,9 @@ class _ChannelProtocol(asyncio.Protocol):
         if start:
             del buffer[:start]
 
-    async def _run_sliced(self, call_id: int, bound: BoundCall, payload: bytes) -> None:
+    async def _finish_sliced(self, call_id: int, steps: Steps[Answer]) -> None:
         try:
-            rejection, body = await drive_on_loop(
-                self._pipeline.call_sliced(bound, payload, self._tenant)
-            )
+            rejection, body = await drive_on_loop(steps)
         except asyncio.CancelledError:  # the connection went away
             return
         finally:
@@ -164,7 +173,7 @@ class _ChannelProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         self.active_at = time.monotonic()
-        self._respond(call_id, STATUS_OK if rejection is None else _STATUS_OF[rejection], body)
+        self._respond(call_id, _status(rejection), body)
         transport.resume_reading()
         self._process()
 
@@ -185,7 +194,7 @@ class _ChannelProtocol(asyncio.Protocol):
         bound = self._calls.get(name)
         if bound is not None:
             rejection, body = self._pipeline.call(bound, payload, self._tenant)
-            return (STATUS_OK if rejection is None else _STATUS_OF[rejection]), body
+            return _status(rejection), body
         if name == AUTHENTICATE:
             self._tenant = self._pipeline.authenticate(payload.decode("utf-8", "replace"))
             if self._tenant is None:
