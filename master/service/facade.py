@@ -57,7 +57,7 @@ from .kv_sessions import SessionService
 from .reads import ReadService
 from .release import ReleaseService
 from .removal import RemovalService
-from .slices import Steps
+from .slices import Steps, drive, map_in_slices
 from .writes import WritePath
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
@@ -228,7 +228,18 @@ class MasterService:
 
         Complexity: O(keys × placement), plus bounded eviction when memory is full.
         """
-        return self._start_writes(client_id, tenant, keys, sizes, config, upsert=False)
+        return drive(self.batch_put_start_sliced(client_id, tenant, keys, sizes, config))
+
+    def batch_put_start_sliced(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        config: ReplicateConfig,
+    ) -> Steps[list[PutStartResult]]:
+        """:meth:`batch_put_start` as a sliced operation (a large batch lets others in)."""
+        return (yield from self._start_writes(client_id, tenant, keys, sizes, config, False))
 
     def upsert_start(
         self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
@@ -250,7 +261,18 @@ class MasterService:
         would move an existing object to another group. Readers in flight finish on the old
         bytes (see :mod:`.writes`). An unfinished put or upsert of the key is preempted.
         """
-        return self._start_writes(client_id, tenant, keys, sizes, config, upsert=True)
+        return drive(self.batch_upsert_start_sliced(client_id, tenant, keys, sizes, config))
+
+    def batch_upsert_start_sliced(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        config: ReplicateConfig,
+    ) -> Steps[list[PutStartResult]]:
+        """:meth:`batch_upsert_start` as a sliced operation."""
+        return (yield from self._start_writes(client_id, tenant, keys, sizes, config, True))
 
     def _start_writes(
         self,
@@ -260,7 +282,7 @@ class MasterService:
         sizes: Sequence[int],
         config: ReplicateConfig,
         upsert: bool,
-    ) -> list[PutStartResult]:
+    ) -> Steps[list[PutStartResult]]:
         invalid = [PutStartResult(ErrorCode.INVALID_PARAMS)] * len(keys)
         resolved = self._resolve_tenant(tenant)
         groups = config.group_ids
@@ -276,22 +298,18 @@ class MasterService:
         tags = config.kv_sessions
         if pin is None or (tags is not None and len(tags) != len(keys)):
             return invalid
-        results: list[PutStartResult] = []
-        with self._lock:
-            now = self._clock()
-            self._state.reads.expire_due(now)
-            for i, (key, size) in enumerate(zip(keys, sizes, strict=True)):
-                if not valid_key(key) or not 0 < size <= MAX_VALUE_BYTES:
-                    results.append(PutStartResult(ErrorCode.INVALID_PARAMS))
-                    continue
-                group = groups[i] if groups is not None else None
-                key_tags = tags[i] if tags is not None else []
-                results.append(
-                    self._writes.start(
-                        client_id, resolved, key, size, config, group, key_tags, pin, now, upsert
-                    )
-                )
-        return results
+        start = self._writes.start
+        scope: str = resolved  # narrowed for the closure
+
+        def step(i: int, key: str, now: float) -> PutStartResult:
+            size = sizes[i]
+            if not valid_key(key) or not 0 < size <= MAX_VALUE_BYTES:
+                return PutStartResult(ErrorCode.INVALID_PARAMS)
+            group = groups[i] if groups is not None else None
+            key_tags = tags[i] if tags is not None else []
+            return start(client_id, scope, key, size, config, group, key_tags, pin, now, upsert)
+
+        return (yield from map_in_slices(self._lock, keys, self._begin_slice, step))
 
     def put_end(self, client_id: str, tenant: str, key: str, write_id: int = 0) -> ErrorCode:
         """Make a written object visible; see :meth:`batch_put_end`."""
@@ -316,7 +334,17 @@ class MasterService:
         then given back). Ends upserts too. Every key INVALID_PARAMS when ``write_ids`` is
         neither empty nor as long as ``keys``.
         """
-        return self._per_write(client_id, tenant, keys, write_ids, self._writes.end)
+        return drive(self.batch_put_end_sliced(client_id, tenant, keys, write_ids))
+
+    def batch_put_end_sliced(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        write_ids: Sequence[int] = (),
+    ) -> Steps[list[ErrorCode]]:
+        """:meth:`batch_put_end` as a sliced operation."""
+        return (yield from self._per_write(client_id, tenant, keys, write_ids, self._writes.end))
 
     def put_revoke(self, client_id: str, tenant: str, key: str, write_id: int = 0) -> ErrorCode:
         """Abandon a write; see :meth:`batch_put_revoke`."""
@@ -335,7 +363,18 @@ class MasterService:
         or the write was preempted (its memory is given back). ``write_ids`` as for
         :meth:`batch_put_end`.
         """
-        return self._per_write(client_id, tenant, keys, write_ids, self._writes.revoke)
+        return drive(self.batch_put_revoke_sliced(client_id, tenant, keys, write_ids))
+
+    def batch_put_revoke_sliced(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        write_ids: Sequence[int] = (),
+    ) -> Steps[list[ErrorCode]]:
+        """:meth:`batch_put_revoke` as a sliced operation."""
+        revoke = self._writes.revoke
+        return (yield from self._per_write(client_id, tenant, keys, write_ids, revoke))
 
     def _per_write(
         self,
@@ -344,13 +383,17 @@ class MasterService:
         keys: Sequence[str],
         write_ids: Sequence[int],
         step: Callable[[str, str, str, float, int], ErrorCode],
-    ) -> list[ErrorCode]:
+    ) -> Steps[list[ErrorCode]]:
         if write_ids and len(write_ids) != len(keys):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
         ids = list(write_ids) if write_ids else [0] * len(keys)
         if any(not isinstance(w, int) or w < 0 for w in ids):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
-        return self._per_key(tenant, keys, lambda t, i, k, now: step(client_id, t, k, now, ids[i]))
+        return (
+            yield from self._per_key(
+                tenant, keys, lambda t, i, k, now: step(client_id, t, k, now, ids[i])
+            )
+        )
 
     # ------------------------------------------------------------------------------------------
     # Remove family
@@ -367,8 +410,16 @@ class MasterService:
         Per key: OK; OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY while a write is in flight (even
         with ``force``); OBJECT_HAS_LEASE when a read lease is live and ``force`` is false.
         """
-        return self._per_key(
-            tenant, keys, lambda t, _, k, now: self._remove_locked(t, k, force, now)
+        return drive(self.batch_remove_sliced(tenant, keys, force))
+
+    def batch_remove_sliced(
+        self, tenant: str, keys: Sequence[str], force: bool = False
+    ) -> Steps[list[ErrorCode]]:
+        """:meth:`batch_remove` as a sliced operation."""
+        return (
+            yield from self._per_key(
+                tenant, keys, lambda t, _, k, now: self._remove_locked(t, k, force, now)
+            )
         )
 
     def _remove_locked(self, tenant: str, key: str, force: bool, now: float) -> ErrorCode:
@@ -515,18 +566,25 @@ class MasterService:
         tenant: str,
         keys: Sequence[str],
         step: Callable[[str, int, str, float], ErrorCode],
-    ) -> list[ErrorCode]:
-        """Run ``step(tenant, index, key, now)`` for each valid key under one lock hold."""
+    ) -> Steps[list[ErrorCode]]:
+        """Run ``step(tenant, index, key, now)`` for each valid key, in slices (one hold of
+        the lock each, expired read leases ended first)."""
         resolved = self._resolve_tenant(tenant)
         if resolved is None or not self._batch_size_ok(keys):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
-        with self._lock:
-            now = self._clock()
-            self._state.reads.expire_due(now)
-            return [
-                step(resolved, i, k, now) if valid_key(k) else ErrorCode.INVALID_PARAMS
-                for i, k in enumerate(keys)
-            ]
+
+        scope: str = resolved  # narrowed for the closure
+
+        def each(i: int, key: str, now: float) -> ErrorCode:
+            return step(scope, i, key, now) if valid_key(key) else ErrorCode.INVALID_PARAMS
+
+        return (yield from map_in_slices(self._lock, keys, self._begin_slice, each))
+
+    def _begin_slice(self) -> float:
+        """The start of every data-path slice, the lock held: the time, leases expired."""
+        now = self._clock()
+        self._state.reads.expire_due(now)
+        return now
 
     def _batch_size_ok(self, keys: Sequence[str]) -> bool:
         return len(keys) <= self.config.max_batch_keys

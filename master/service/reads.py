@@ -27,6 +27,10 @@ from mooncake_py.types import ProbeLeaseMode, ReplicaListResult
 
 from ..state.objects import ObjectMetadata, valid_key
 from .context import ServiceContext
+from .slices import Steps, drive, map_in_slices
+
+END_READS_CHUNK = 4096
+"""Read ids ended per slice of :meth:`ReadService.end_reads_sliced`."""
 
 
 class ReadService:
@@ -60,34 +64,35 @@ class ReadService:
         INVALID_PARAMS for a bad key. Every key INVALID_PARAMS for a bad tenant or too many
         keys. Complexity: O(keys x replicas).
         """
+        return drive(self.batch_get_replica_list_sliced(tenant, keys, client_id))
+
+    def batch_get_replica_list_sliced(
+        self, tenant: str, keys: Sequence[str], client_id: str = ""
+    ) -> Steps[list[ReplicaListResult]]:
+        """:meth:`batch_get_replica_list` as a sliced operation (a large batch lets others in;
+        each key's lease starts when its slice runs)."""
         resolved = self._resolve_tenant(tenant)
         if resolved is None or len(keys) > self._max_batch:
             return [ReplicaListResult(ErrorCode.INVALID_PARAMS)] * len(keys)
+        scope: str = resolved  # narrowed for the closure
         state = self._state
         ttl_ms = state.config.default_kv_lease_ttl
-        with self._lock:
-            now = self._clock()
-            deadline = now + state.lease_ttl_s
-            results: list[ReplicaListResult] = []
-            for key in keys:
-                meta = state.objects.get((resolved, key))
-                if meta is None:
-                    code = (
-                        ErrorCode.OBJECT_NOT_FOUND if valid_key(key) else ErrorCode.INVALID_PARAMS
-                    )
-                    results.append(ReplicaListResult(code))
-                    continue
-                readable = meta.complete_replicas()
-                if not readable:
-                    results.append(ReplicaListResult(ErrorCode.REPLICA_IS_NOT_READY))
-                    continue
-                state.touch(meta, now)
-                read_id = state.reads.grant(client_id, meta, readable, deadline)
-                described = tuple(state.describe(meta, r) for r in readable)
-                results.append(
-                    ReplicaListResult(ErrorCode.OK, described, ttl_ms, meta.size, read_id)
-                )
-            return results
+        lease_s = state.lease_ttl_s
+
+        def step(_: int, key: str, now: float) -> ReplicaListResult:
+            meta = state.objects.get((scope, key))
+            if meta is None:
+                code = ErrorCode.OBJECT_NOT_FOUND if valid_key(key) else ErrorCode.INVALID_PARAMS
+                return ReplicaListResult(code)
+            readable = meta.complete_replicas()
+            if not readable:
+                return ReplicaListResult(ErrorCode.REPLICA_IS_NOT_READY)
+            state.touch(meta, now)
+            read_id = state.reads.grant(client_id, meta, readable, now + lease_s)
+            described = tuple(state.describe(meta, r) for r in readable)
+            return ReplicaListResult(ErrorCode.OK, described, ttl_ms, meta.size, read_id)
+
+        return (yield from map_in_slices(self._lock, keys, self._clock, step))
 
     def end_reads(self, client_id: str, read_ids: Sequence[int]) -> list[ErrorCode]:
         """The reader's copies are done: end the read leases ``read_ids``.
@@ -98,11 +103,21 @@ class ReadService:
             LEASE_EXPIRED when they may have changed, or the id is unknown to this master.
             Every id INVALID_PARAMS for more than ``max_batch_keys`` ids.
         """
+        return drive(self.end_reads_sliced(client_id, read_ids))
+
+    def end_reads_sliced(self, client_id: str, read_ids: Sequence[int]) -> Steps[list[ErrorCode]]:
+        """:meth:`end_reads` as a sliced operation, :data:`END_READS_CHUNK` ids per slice."""
         if len(read_ids) > self._max_batch:
             return [ErrorCode.INVALID_PARAMS] * len(read_ids)
-        with self._lock:
-            self._state.reads.expire_due(self._clock())
-            return self._state.reads.end(client_id, read_ids)
+        results: list[ErrorCode] = []
+        for start in range(0, len(read_ids), END_READS_CHUNK):
+            if start:
+                yield
+            with self._lock:
+                self._state.reads.expire_due(self._clock())
+                chunk = read_ids[start : start + END_READS_CHUNK]
+                results.extend(self._state.reads.end(client_id, chunk))
+        return results
 
     # -- existence -------------------------------------------------------------------------
 
@@ -113,11 +128,17 @@ class ReadService:
     def batch_exist_key(self, tenant: str, keys: Sequence[str], client_id: str = "") -> list[int]:
         """Per key: 1 readable (the client gets an existence hold, see the module), 0 absent
         or not yet written, or INVALID_PARAMS. O(keys)."""
-        return self._exists(tenant, keys, client_id, hold=True)
+        return drive(self._exists(tenant, keys, client_id, hold=True))
+
+    def batch_exist_key_sliced(
+        self, tenant: str, keys: Sequence[str], client_id: str = ""
+    ) -> Steps[list[int]]:
+        """:meth:`batch_exist_key` as a sliced operation."""
+        return (yield from self._exists(tenant, keys, client_id, hold=True))
 
     def probe_key(self, tenant: str, key: str) -> int:
         """1 when the key is readable, 0 when not, negative on error; leases nothing."""
-        return self._exists(tenant, [key], "", hold=False)[0]
+        return drive(self._exists(tenant, [key], "", hold=False))[0]
 
     def batch_probe_key(
         self,
@@ -136,15 +157,26 @@ class ReadService:
         for ``LAST_HIT_ONLY`` with a ``candidate_size`` that is not positive or does not divide
         the number of keys. O(keys).
         """
+        return drive(self.batch_probe_key_sliced(tenant, keys, client_id, mode, candidate_size))
+
+    def batch_probe_key_sliced(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        client_id: str = "",
+        mode: int = ProbeLeaseMode.NONE,
+        candidate_size: int = 1,
+    ) -> Steps[list[int]]:
+        """:meth:`batch_probe_key` as a sliced operation."""
         if mode == ProbeLeaseMode.NONE or not keys:
-            return self._exists(tenant, keys, "", hold=False)
+            return (yield from self._exists(tenant, keys, "", hold=False))
         if (
             mode != ProbeLeaseMode.LAST_HIT_ONLY
             or candidate_size <= 0
             or len(keys) % candidate_size
         ):
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        found = self._exists(tenant, keys, "", hold=False)
+        found = yield from self._exists(tenant, keys, "", hold=False)
         if any(code < 0 for code in found):
             return found
         mask = [0] * len(keys)
@@ -176,31 +208,34 @@ class ReadService:
             )
             return True
 
-    def _exists(self, tenant: str, keys: Sequence[str], client_id: str, hold: bool) -> list[int]:
+    def _exists(
+        self, tenant: str, keys: Sequence[str], client_id: str, hold: bool
+    ) -> Steps[list[int]]:
         resolved = self._resolve_tenant(tenant)
         invalid = int(ErrorCode.INVALID_PARAMS)
         if resolved is None or len(keys) > self._max_batch:
             return [invalid] * len(keys)
+        scope: str = resolved  # narrowed for the closure
         state = self._state
         lookup = state.objects.get
         touch = state.touch
-        results: list[int] = []
-        append = results.append
-        found: list[tuple[str, str]] = []
-        with self._lock:
-            now = self._clock()
-            for key in keys:
-                object_id = (resolved, key)
-                meta: ObjectMetadata | None = lookup(object_id)
-                if meta is None or not meta.readable:
-                    # Stored keys were valid when written; only misses need the check.
-                    append(0 if valid_key(key) else invalid)
-                    continue
-                if hold:
-                    if meta.fresh_until <= now or meta.group_id:
-                        touch(meta, now)
-                    found.append(object_id)
-                append(1)
+        found: list[tuple[str, str]] = []  # this slice's hits, held at its end
+
+        def step(_: int, key: str, now: float) -> int:
+            object_id = (scope, key)
+            meta: ObjectMetadata | None = lookup(object_id)
+            if meta is None or not meta.readable:
+                # Stored keys were valid when written; only misses need the check.
+                return 0 if valid_key(key) else invalid
+            if hold:
+                if meta.fresh_until <= now or meta.group_id:
+                    touch(meta, now)
+                found.append(object_id)
+            return 1
+
+        def hold_found(now: float) -> None:
             if found:
                 state.reads.grant_exist(client_id, found, now + state.lease_ttl_s)
-        return results
+                found.clear()
+
+        return (yield from map_in_slices(self._lock, keys, self._clock, step, hold_found))

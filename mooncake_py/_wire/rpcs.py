@@ -252,6 +252,9 @@ class Rpc:
         request_type, response_type: the generated message classes.
         args: the compiled :class:`ArgsCodec`.
         answers_code: the response has a ``code`` field (a non-zero one counts as failed).
+        batch_answer: the response is one list, one item per key (``per_key`` given); the
+            serialized answer of a list is the concatenation of its parts' (protobuf merges
+            repeated fields), so it may be encoded in parts.
 
     Raises:
         KeyError: ``name`` is not an RPC of the proto, or a field spec names no field.
@@ -284,6 +287,7 @@ class Rpc:
         self.answers_code = any(f.name == "code" for f in response_fields)
         if (per_key is None) != self.answers_code:
             raise TypeError(f"{name}: a batch answer needs per_key, a coded answer none")
+        self.batch_answer = per_key is not None
         self._keys_of = operator.attrgetter(per_key) if per_key else None
         self._batch_field = ""
         self._failed_item: Any = INTERNAL
@@ -363,29 +367,59 @@ _ENTRIES = (
     Rpc("ServiceReady", "service_ready", Fields(), READY),
     # Write path.
     Rpc("PutStart", "service.put_start", PUT, PUT_START),
-    Rpc("BatchPutStart", "service.batch_put_start", BATCH_PUT, PUT_STARTS, per_key="keys"),
+    Rpc(
+        "BatchPutStart",
+        "service.batch_put_start_sliced",
+        BATCH_PUT,
+        PUT_STARTS,
+        per_key="keys",
+        sliced=True,
+    ),
     Rpc("PutEnd", "service.put_end", WRITE, STATUS),
-    Rpc("BatchPutEnd", "service.batch_put_end", BATCH_WRITE, CODES, per_key="keys"),
+    Rpc(
+        "BatchPutEnd",
+        "service.batch_put_end_sliced",
+        BATCH_WRITE,
+        CODES,
+        per_key="keys",
+        sliced=True,
+    ),
     Rpc("PutRevoke", "service.put_revoke", WRITE, STATUS),
-    Rpc("BatchPutRevoke", "service.batch_put_revoke", BATCH_WRITE, CODES, per_key="keys"),
+    Rpc(
+        "BatchPutRevoke",
+        "service.batch_put_revoke_sliced",
+        BATCH_WRITE,
+        CODES,
+        per_key="keys",
+        sliced=True,
+    ),
     Rpc("UpsertStart", "service.upsert_start", PUT, PUT_START),
-    Rpc("BatchUpsertStart", "service.batch_upsert_start", BATCH_PUT, PUT_STARTS, per_key="keys"),
+    Rpc(
+        "BatchUpsertStart",
+        "service.batch_upsert_start_sliced",
+        BATCH_PUT,
+        PUT_STARTS,
+        per_key="keys",
+        sliced=True,
+    ),
     # Tagged writes: the untagged targets, with the tags in the config.
     Rpc("PutStartWithKvSessions", "service.put_start", Tagged(PUT, False), PUT_START),
     Rpc(
         "BatchPutStartWithKvSessions",
-        "service.batch_put_start",
+        "service.batch_put_start_sliced",
         Tagged(BATCH_PUT, True),
         PUT_STARTS,
         per_key="put.keys",
+        sliced=True,
     ),
     Rpc("UpsertStartWithKvSessions", "service.upsert_start", Tagged(PUT, False), PUT_START),
     Rpc(
         "BatchUpsertStartWithKvSessions",
-        "service.batch_upsert_start",
+        "service.batch_upsert_start_sliced",
         Tagged(BATCH_PUT, True),
         PUT_STARTS,
         per_key="put.keys",
+        sliced=True,
     ),
     # KV sessions.
     Rpc(
@@ -468,23 +502,37 @@ _ENTRIES = (
     Rpc("GetReplicaList", "service.reads.get_replica_list", READER_KEY, REPLICAS),
     Rpc(
         "BatchGetReplicaList",
-        "service.reads.batch_get_replica_list",
+        "service.reads.batch_get_replica_list_sliced",
         READER_KEYS,
         BATCH_REPLICAS,
         per_key="keys",
+        sliced=True,
     ),
-    Rpc("EndReads", "service.reads.end_reads", Fields("client_id", "read_ids"), CODES, "read_ids"),
+    Rpc(
+        "EndReads",
+        "service.reads.end_reads_sliced",
+        Fields("client_id", "read_ids"),
+        CODES,
+        per_key="read_ids",
+        sliced=True,
+    ),
     Rpc("ExistKey", "service.reads.exist_key", READER_KEY, EXISTS),
     Rpc(
-        "BatchExistKey", "service.reads.batch_exist_key", READER_KEYS, BATCH_EXISTS, per_key="keys"
+        "BatchExistKey",
+        "service.reads.batch_exist_key_sliced",
+        READER_KEYS,
+        BATCH_EXISTS,
+        per_key="keys",
+        sliced=True,
     ),
     Rpc("ProbeKey", "service.reads.probe_key", Fields("tenant_id", "key"), EXISTS),
     Rpc(
         "BatchProbeKey",
-        "service.reads.batch_probe_key",
+        "service.reads.batch_probe_key_sliced",
         Fields("tenant_id", "keys", "client_id", "lease_mode", "candidate_size"),
         BATCH_EXISTS,
         per_key="keys",
+        sliced=True,
     ),
     # Introspection.
     Rpc("GetStats", "service.stats", Fields(), STATS),
@@ -493,10 +541,11 @@ _ENTRIES = (
     Rpc("Remove", "service.remove", Fields("tenant_id", "key", "force"), STATUS),
     Rpc(
         "BatchRemove",
-        "service.batch_remove",
+        "service.batch_remove_sliced",
         Fields("tenant_id", "keys", "force"),
         CODES,
         per_key="keys",
+        sliced=True,
     ),
     Rpc(
         "RemoveByRegex",

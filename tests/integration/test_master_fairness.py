@@ -106,7 +106,7 @@ def _while_probed(
     return result, during, ended - began
 
 
-def _within_bounds(during: list[float], length: float, transport: str) -> bool:
+def _within_bounds(during: list[float], length: float, transport: str, worst: bool = True) -> bool:
     """Assert the prober was served all along; return whether its latencies kept the bounds."""
     during.sort()
     assert during, length
@@ -119,7 +119,7 @@ def _within_bounds(during: list[float], length: float, transport: str) -> bool:
     # Served all along, not once at the end.
     assert len(during) >= 10, (len(during), length)
     if transport == "stream":
-        return p99 < P99_LIMIT_S and during[-1] < WORST_LIMIT_S
+        return p99 < P99_LIMIT_S and (not worst or during[-1] < WORST_LIMIT_S)
     return median < length / 20
 
 
@@ -136,6 +136,7 @@ def _measure(
     prepare: Callable[[], None],
     call: Callable[[MasterClient], object],
     verify: Callable[[object], None],
+    worst: bool = True,
 ) -> None:
     """Prepare, run ``call`` while probed, verify its result, check the bounds. A machine
     shared with other work can stall any process for a moment: a miss is measured once more
@@ -151,7 +152,7 @@ def _measure(
         finally:
             client.close()
         verify(result)
-        if _within_bounds(during, length, transport):
+        if _within_bounds(during, length, transport, worst):
             return
     pytest.fail(f"the {transport} prober waited too long twice (see the lines above)")
 
@@ -226,3 +227,28 @@ def test_prober_sees_the_stall_without_slices(
         client.close()
     assert count == KEYS // 2
     assert during and max(during) > length / 2, (max(during), length)
+
+
+def test_a_100k_key_batch(tmp_path: Path, master: InProcessMaster) -> None:
+    """Batches are as large as ``max_batch_keys`` (100k): each runs in slices too, its answer
+    encoded in parts. Only the p99 is bounded: the 100k objects a batch of writes allocates
+    make the interpreter's cyclic collector run over them now and then (it has been measured
+    to pause the process 100-150 ms), which slices cannot split."""
+    keys = [f"batch/{i:06d}" for i in range(KEYS)]
+
+    def prepare() -> None:
+        _fill(master, ["warm"])  # mounts the filler's segment
+
+    def call(client: MasterClient) -> object:
+        started = client.batch_put_start("filler", "", keys, [64] * KEYS, ReplicateConfig())
+        ended = client.call("BatchPutEnd", "filler", "", keys, [r.write_id for r in started])
+        found = client.call("BatchExistKey", "", keys, "reader")
+        return [r.code for r in started], ended, found
+
+    def verify(answer: object) -> None:
+        started, ended, found = answer  # type: ignore[misc]
+        assert started == [ErrorCode.OK] * KEYS
+        assert ended == [ErrorCode.OK] * KEYS
+        assert found == [1] * KEYS
+
+    _measure(tmp_path, master, "stream", prepare, call, verify, worst=False)
