@@ -29,59 +29,51 @@ Thread-safety: every method may be called from several threads at once.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
 from mooncake_py.errors import (
     ErrorCode,
     InternalError,
-    InvalidParamsError,
     raise_for,
 )
 from mooncake_py.types import (
-    KvSessionInfo,
-    KvSessionPage,
-    ProbeLeaseMode,
-    ReleaseResult,
     ReplicaListResult,
     ReplicateConfig,
 )
 
-from .buffers import RegisteredBuffers, bytes_view, keys_ok, parts_views
+from .api_queries import QueryCalls, check_keys, invalid_params
+from .api_sessions import KvSessionCalls
+from .buffer_handle import BufferHandle
+from .buffers import RegisteredBuffers, bytes_view, parts_views
 from .config import ClientConfig
 from .core import ClientCore, config_for_keys
-from .results import BatchResult, KvSessionListing, SegmentStatus
+from .replica_desc import SegmentDirectory
+from .results import BatchResult, SegmentStatus
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 OK = 0
 INVALID = int(ErrorCode.INVALID_PARAMS)
 LEASE_EXPIRED = int(ErrorCode.LEASE_EXPIRED)
 
-
-def _invalid(message: str, key: str | None = None) -> InvalidParamsError:
-    return InvalidParamsError(INVALID, message, key)
+B = TypeVar("B", bound="Buffer")  # what a read may allocate: any writable buffer type
 
 
-def _check_keys(keys: Sequence[str]) -> None:
-    if not keys_ok(keys):
-        raise _invalid("keys must be non-empty UTF-8 strings")
-
-
-def _check_session_id(session_id: str) -> None:
-    if not isinstance(session_id, str) or not session_id:
-        raise _invalid("the session id must be a non-empty string", session_id)
-
-
-def _check_limit(limit: int) -> None:
-    if not isinstance(limit, int) or not 1 <= limit < 2**32:
-        raise _invalid(f"limit must be positive: {limit!r}")
-
-
-class Client:
+class Client(QueryCalls, KvSessionCalls):
     """A joined client of a mooncake-py store.
+
+    The queries and removals (``is_exist``, ``probe_key``, ``get_size``,
+    ``get_replica_desc``, ``remove``, ...) come from
+    :class:`~mooncake_py.client.api_queries.QueryCalls`, the KV-session calls
+    (``attach_kv_session``, ..., ``release_kv_cache``) from
+    :class:`~mooncake_py.client.api_sessions.KvSessionCalls`.
 
     Args:
         config: how to join; ``ClientConfig.from_env()`` when omitted.
@@ -104,6 +96,7 @@ class Client:
         self.config = config if config is not None else ClientConfig.from_env()
         self._clock = clock
         self._buffers = RegisteredBuffers()
+        self._segments = SegmentDirectory()
         try:
             self._core: ClientCore | None = ClientCore(self.config, clock)
         except OSError as exc:
@@ -154,7 +147,7 @@ class Client:
     def _joined(self) -> ClientCore:
         core = self._core
         if core is None:
-            raise _invalid("the client is closed")
+            raise invalid_params("the client is closed")
         return core
 
     # ------------------------------------------------------------------------------------------
@@ -168,7 +161,7 @@ class Client:
         """
         self._joined()
         if not self._buffers.register(buffer_ptr, size):
-            raise _invalid(f"cannot register {size} bytes at {buffer_ptr:#x}")
+            raise invalid_params(f"cannot register {size} bytes at {buffer_ptr:#x}")
 
     def unregister_buffer(self, buffer_ptr: int) -> None:
         """Forget a registered buffer.
@@ -177,7 +170,7 @@ class Client:
             InvalidParamsError: no buffer starts at ``buffer_ptr``.
         """
         if not self._buffers.unregister(buffer_ptr):
-            raise _invalid(f"no registered buffer at {buffer_ptr:#x}")
+            raise invalid_params(f"no registered buffer at {buffer_ptr:#x}")
 
     # ------------------------------------------------------------------------------------------
     # Writes
@@ -248,7 +241,7 @@ class Client:
                 length, or a key is bad.
         """
         if not len(keys) == len(all_buffer_ptrs) == len(all_sizes):
-            raise _invalid("keys, all_buffer_ptrs and all_sizes differ in length")
+            raise invalid_params("keys, all_buffer_ptrs and all_sizes differ in length")
         parts = [
             self._buffers.views(ptrs, sizes)
             for ptrs, sizes in zip(all_buffer_ptrs, all_sizes, strict=True)
@@ -301,7 +294,7 @@ class Client:
         upsert: bool,
     ) -> BatchResult[None]:
         if len(keys) != len(values):
-            raise _invalid(f"{len(keys)} keys but {len(values)} values")
+            raise invalid_params(f"{len(keys)} keys but {len(values)} values")
         views = [[bytes_view(v)] for v in values]
         return BatchResult.of_codes(keys, self._write(keys, views, config, upsert))
 
@@ -314,7 +307,7 @@ class Client:
         upsert: bool,
     ) -> BatchResult[None]:
         if not len(keys) == len(buffer_ptrs) == len(sizes):
-            raise _invalid("keys, buffer_ptrs and sizes differ in length")
+            raise invalid_params("keys, buffer_ptrs and sizes differ in length")
         views = [self._buffers.view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
         return self._write_registered(
             keys, [None if v is None else [v] for v in views], config, upsert
@@ -329,10 +322,12 @@ class Client:
     ) -> BatchResult[None]:
         """Write ``parts[i]`` (concatenated) under ``keys[i]``; a None entry (memory that is not
         registered, or bad sizes) fails its key with INVALID_PARAMS."""
-        config = config or ReplicateConfig()
-        tags = config.kv_sessions
-        if tags and len(tags) != len(keys):
-            raise _invalid("keys and kv_sessions differ in length")
+        given = config or ReplicateConfig()
+        config = _resolved(given, len(keys))
+        if config is None:
+            if given.kv_sessions or given.session_ids:
+                raise invalid_params("keys and kv_sessions (or session_ids) differ in length")
+            config = given  # empty lists: each key fails with INVALID_PARAMS in the write
         valid = [i for i, views in enumerate(parts) if views is not None]
         codes = [INVALID] * len(keys)
         values = [views for views in parts if views is not None]
@@ -350,8 +345,12 @@ class Client:
         upsert: bool,
     ) -> list[int]:
         core = self._joined()
-        _check_keys(keys)
-        return core.put_many(keys, values, config or ReplicateConfig(), upsert)
+        check_keys(keys)
+        resolved = _resolved(config or ReplicateConfig(), len(keys))
+        if resolved is None or resolved.nof_replica_num or resolved.dfs_replica_num:
+            # No NVMe-oF or DFS tier here: refuse rather than store fewer copies than asked.
+            return [INVALID] * len(keys)
+        return core.put_many(keys, values, resolved, upsert)
 
     # ------------------------------------------------------------------------------------------
     # Reads
@@ -371,7 +370,7 @@ class Client:
         """Values of ``keys`` (one lookup; same-host replicas copied straight out of the
         mapped segment, others over TCP; the read leases end right after); per-key outcomes."""
         core = self._joined()
-        _check_keys(keys)
+        check_keys(keys)
         started = self._clock()
         located = core.locate(keys)
         codes = [loc.code for loc in located]
@@ -411,7 +410,7 @@ class Client:
         (also those of keys that failed)."""
         self._joined()
         if not len(keys) == len(buffer_ptrs) == len(sizes):
-            raise _invalid("keys, buffer_ptrs and sizes differ in length")
+            raise invalid_params("keys, buffer_ptrs and sizes differ in length")
         views = [self._buffers.view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
         return self._read_registered(keys, [None if v is None else [v] for v in views])
 
@@ -441,7 +440,7 @@ class Client:
         del prefer_alloc_in_same_node  # same-host replicas are always preferred
         self._joined()
         if not len(keys) == len(all_buffer_ptrs) == len(all_sizes):
-            raise _invalid("keys, all_buffer_ptrs and all_sizes differ in length")
+            raise invalid_params("keys, all_buffer_ptrs and all_sizes differ in length")
         parts = [
             self._buffers.views(ptrs, sizes)
             for ptrs, sizes in zip(all_buffer_ptrs, all_sizes, strict=True)
@@ -454,7 +453,7 @@ class Client:
         """Read ``keys[i]`` scattered over ``parts[i]``; a None entry, or parts smaller than
         the object, fails the key with INVALID_PARAMS. Ends every read lease."""
         core = self._joined()
-        _check_keys(keys)
+        check_keys(keys)
         started = self._clock()
         located = core.locate(keys)
         codes = [loc.code for loc in located]
@@ -496,15 +495,30 @@ class Client:
         view of the segment: the read lease ends when this call returns, and the memory
         behind an ended lease may be reused.
         """
+        return self._read_fresh(keys, pa.allocate_buffer)
+
+    def get_buffer_handle(self, key: str) -> BufferHandle:
+        """The value as a :class:`~mooncake_py.BufferHandle` (upstream's ``get_buffer`` type:
+        ``ptr()``, ``size()`` and a writable buffer protocol, so ``torch.frombuffer`` and
+        ``numpy.frombuffer`` take it). One copy, as :meth:`get_buffer`. Raises as :meth:`get`."""
+        return self.batch_get_buffer_handle([key])[0].unwrap()
+
+    def batch_get_buffer_handle(self, keys: Sequence[str]) -> BatchResult[BufferHandle]:
+        """:meth:`get_buffer_handle` for each key, with one lookup; per-key outcomes. The read
+        leases end when this call returns (the handles are copies)."""
+        return self._read_fresh(keys, BufferHandle)
+
+    def _read_fresh(self, keys: Sequence[str], allocate: Callable[[int], B]) -> BatchResult[B]:
+        """Read each found key into a new buffer ``allocate(size)``, then end every lease."""
         core = self._joined()
-        _check_keys(keys)
+        check_keys(keys)
         started = self._clock()
         located = core.locate(keys)
         codes = [loc.code for loc in located]
-        values: list[pa.Buffer | None] = [None] * len(keys)
+        values: list[B | None] = [None] * len(keys)
         try:
             found = [i for i, loc in enumerate(located) if loc.code == OK]
-            buffers = [pa.allocate_buffer(located[i].size) for i in found]
+            buffers = [allocate(located[i].size) for i in found]
             read = core.read_located(
                 [located[i] for i in found], [memoryview(b).cast("B") for b in buffers]
             )
@@ -520,301 +534,6 @@ class Client:
         return BatchResult(keys, codes, values)
 
     # ------------------------------------------------------------------------------------------
-    # Queries and removal
-
-    def is_exist(self, key: str) -> bool:
-        """Whether ``key`` is readable, as upstream's ``is_exist``: a key found now can still
-        be read next.
-
-        A found key gets an *existence hold* for this client: until this client's next read
-        of the key takes it over (that read's end gives it back), or the lease TTL passes, the
-        object cannot be removed without ``force`` (OBJECT_HAS_LEASE) and is evicted only
-        after objects nobody holds. It protects no bytes. Use :meth:`probe_key` for a check
-        that holds nothing.
-
-        Raises:
-            InvalidParamsError: a bad key.
-        """
-        result = self.batch_is_exist([key])
-        return result[0].unwrap()
-
-    def batch_is_exist(self, keys: Sequence[str]) -> BatchResult[bool]:
-        """Per key whether it is readable, in one round trip; found keys get existence holds
-        as with :meth:`is_exist`."""
-        core = self._joined()
-        _check_keys(keys)
-        if not keys:
-            return BatchResult(keys, [], [])
-        if len(keys) == 1:
-            raw = [core.master.exist_key(core.tenant, keys[0], core.client_id)]
-        else:
-            raw = core.master.batch_exist_key(core.tenant, keys, core.client_id)
-        return BatchResult(keys, [min(c, 0) for c in raw], [c == 1 for c in raw])
-
-    def probe_key(self, key: str) -> bool:
-        """Whether ``key`` is readable, holding nothing (upstream's lease-free probe): a
-        remove or eviction may take the key right after.
-
-        Raises:
-            InvalidParamsError: a bad key.
-        """
-        core = self._joined()
-        _check_keys([key])
-        code = core.master.probe_key(core.tenant, key)
-        raise_for(code, key=key)
-        return code == 1
-
-    def batch_probe_key(
-        self,
-        keys: Sequence[str],
-        lease_mode: ProbeLeaseMode = ProbeLeaseMode.NONE,
-        candidate_size: int = 1,
-    ) -> BatchResult[bool]:
-        """Per key whether it is readable, in one round trip.
-
-        Args:
-            keys: the keys to probe.
-            lease_mode: ``NONE`` holds nothing (``candidate_size`` is then ignored).
-                ``LAST_HIT_ONLY``: the keys form consecutive candidates of ``candidate_size``
-                keys (e.g. the pages of successively longer prefixes); only the last candidate
-                whose every key is readable is selected: its keys answer True and get
-                existence holds for this client (as :meth:`is_exist`), every other key answers
-                False (not selected, not necessarily absent).
-            candidate_size: keys per candidate for ``LAST_HIT_ONLY``.
-
-        Raises:
-            InvalidParamsError: a bad key, an unknown mode, a negative ``candidate_size``, or
-                for ``LAST_HIT_ONLY`` one that is 0 or does not divide ``len(keys)``.
-        """
-        core = self._joined()
-        _check_keys(keys)
-        try:
-            mode = ProbeLeaseMode(lease_mode)
-        except ValueError:
-            raise _invalid(f"unknown probe lease mode {lease_mode!r}") from None
-        if not isinstance(candidate_size, int) or candidate_size < 0:
-            raise _invalid(f"candidate_size must be a non-negative int: {candidate_size!r}")
-        if not keys:
-            return BatchResult(keys, [], [])
-        if mode == ProbeLeaseMode.LAST_HIT_ONLY and (
-            candidate_size == 0 or len(keys) % candidate_size
-        ):
-            raise _invalid(f"candidate_size {candidate_size} does not divide {len(keys)} keys")
-        raw = core.master.batch_probe_key(core.tenant, keys, core.client_id, mode, candidate_size)
-        return BatchResult(keys, [min(c, 0) for c in raw], [c == 1 for c in raw])
-
-    def get_size(self, key: str) -> int:
-        """The size of ``key`` in bytes (a lookup whose read lease ends at once). Raises as
-        :meth:`get`."""
-        core = self._joined()
-        _check_keys([key])
-        located = core.locate([key])
-        core.drop_reads(located)
-        raise_for(located[0].code, key=key)
-        return located[0].size
-
-    def remove(self, key: str, force: bool = False) -> None:
-        """Delete ``key``. With ``force``, readers copying it meanwhile finish on the old
-        bytes (its memory is reused once they are done).
-
-        Raises:
-            NotFoundError: no such key. BusyError: OBJECT_HAS_LEASE while a read is in flight
-                or an ``is_exist`` hold lasts (unless ``force``); being written.
-        """
-        raise_for(self.batch_remove([key], force).codes[0], key=key)
-
-    def batch_remove(self, keys: Sequence[str], force: bool = False) -> BatchResult[None]:
-        """Delete each key; per-key outcomes as :meth:`remove`."""
-        core = self._joined()
-        _check_keys(keys)
-        if not keys:
-            return BatchResult.of_codes(keys, [])
-        if len(keys) == 1:
-            codes = [core.master.remove(core.tenant, keys[0], force)]
-        else:
-            codes = core.master.batch_remove(core.tenant, keys, force)
-        return BatchResult.of_codes(keys, codes)
-
-    def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
-        """Delete every key of this tenant matching the pattern; returns the count removed.
-
-        Raises:
-            InvalidParamsError: the pattern is not a valid regular expression.
-        """
-        core = self._joined()
-        if not isinstance(regex_pattern, str):
-            raise _invalid("the pattern must be a string")
-        count = core.master.remove_by_regex(core.tenant, regex_pattern, force)
-        raise_for(count)
-        return count
-
-    def remove_all(self, force: bool = False) -> int:
-        """Delete every removable key of this tenant; returns the count removed."""
-        core = self._joined()
-        count = core.master.remove_all(core.tenant, force)
-        raise_for(count)
-        return count
-
-    # ------------------------------------------------------------------------------------------
-    # KV sessions (runtime state of the master: re-attach and re-pin after a master restart)
-
-    def attach_kv_session(self, session_id: str, keys: Sequence[str]) -> BatchResult[None]:
-        """Add existing objects to a session (creating it, unpinned, if needed).
-
-        Returns:
-            Per key: ok, OBJECT_NOT_FOUND, or SESSION_LIMIT_EXCEEDED (then nothing was added).
-            Duplicate keys are harmless.
-
-        Raises:
-            InvalidParamsError: a bad id or key, or more keys than the master's batch limit.
-        """
-        core = self._joined()
-        _check_session_id(session_id)
-        codes = core.master.attach_kv_session(core.tenant, session_id, list(keys))
-        if keys and all(c == INVALID for c in codes):
-            raise _invalid("attach refused", session_id)
-        return BatchResult.of_codes(keys, codes)
-
-    def pin_kv_session(self, session_id: str) -> None:
-        """Protect the session's objects from ordinary eviction (no TTL).
-
-        Raises:
-            NotFoundError: SESSION_NOT_FOUND. InvalidParamsError: a bad id.
-        """
-        core = self._joined()
-        _check_session_id(session_id)
-        raise_for(core.master.set_kv_session_pin(core.tenant, session_id, True), key=session_id)
-
-    def unpin_kv_session(self, session_id: str) -> None:
-        """Remove this session's protection (other sessions' and TTL pins stay).
-
-        Raises:
-            NotFoundError: SESSION_NOT_FOUND. InvalidParamsError: a bad id.
-        """
-        core = self._joined()
-        _check_session_id(session_id)
-        raise_for(core.master.set_kv_session_pin(core.tenant, session_id, False), key=session_id)
-
-    def update_kv_session(self, session_id: str, keep_keys: Sequence[str]) -> None:
-        """Keep only the members in ``keep_keys`` (never adds, never deletes data); an
-        unknown session is fine.
-
-        Raises:
-            LimitExceededError: the keep set is above the member limit. InvalidParamsError.
-        """
-        core = self._joined()
-        _check_session_id(session_id)
-        code = core.master.update_kv_session(core.tenant, session_id, list(keep_keys))
-        raise_for(code, key=session_id)
-
-    def close_kv_session(self, session_id: str) -> None:
-        """Drop every membership and the pin; data stays cached. Idempotent."""
-        core = self._joined()
-        _check_session_id(session_id)
-        raise_for(core.master.close_kv_session(core.tenant, session_id), key=session_id)
-
-    def get_kv_session(self, session_id: str) -> KvSessionInfo:
-        """What a session holds.
-
-        Raises:
-            NotFoundError: SESSION_NOT_FOUND. InvalidParamsError: a bad id.
-        """
-        core = self._joined()
-        _check_session_id(session_id)
-        code, info = core.master.get_kv_session(core.tenant, session_id)
-        raise_for(code, key=session_id)
-        assert info is not None
-        return info
-
-    def list_kv_session_keys(
-        self, session_id: str, cursor: str = "", limit: int = 1024
-    ) -> KvSessionPage:
-        """One page of the session's keys after ``cursor`` (exclusive), in key order.
-
-        Raises:
-            NotFoundError: SESSION_NOT_FOUND. InvalidParamsError: a bad id or a limit outside
-                [1, the master's batch limit].
-        """
-        core = self._joined()
-        _check_session_id(session_id)
-        _check_limit(limit)
-        code, page = core.master.list_kv_session_keys(core.tenant, session_id, cursor, limit)
-        raise_for(code, key=session_id)
-        assert page is not None
-        return page
-
-    def list_kv_sessions(
-        self,
-        cursor: str = "",
-        limit: int = 1024,
-        pinned: bool | None = None,
-        min_idle_ms: int = 0,
-    ) -> KvSessionListing:
-        """One page of this tenant's sessions (weakly consistent).
-
-        Args:
-            cursor: "" for the first page, then the returned ``next_cursor``.
-            limit: sessions per page.
-            pinned: only pinned (True) or unpinned (False) sessions; None for all.
-            min_idle_ms: only sessions idle at least this long.
-
-        Raises:
-            InvalidParamsError: a bad limit or a negative idle bound.
-        """
-        core = self._joined()
-        _check_limit(limit)
-        if min_idle_ms < 0:
-            raise _invalid("min_idle_ms must not be negative")
-        code, infos, next_cursor = core.master.list_kv_sessions(
-            core.tenant, cursor, limit, pinned, min_idle_ms
-        )
-        raise_for(code)
-        return KvSessionListing(infos, next_cursor)
-
-    def release_kv_session(self, session_id: str) -> ReleaseResult:
-        """Close the session and remove its members that nothing else needs (not shared with
-        another session, not hard pinned, not leased, not being written). An unknown session
-        releases nothing and says so in ``message``."""
-        core = self._joined()
-        _check_session_id(session_id)
-        code, result = core.master.release_kv_session(core.tenant, session_id)
-        raise_for(code, key=session_id)
-        return result
-
-    def release_stale_kv_sessions(
-        self, max_idle_ms: int, include_pinned: bool = False
-    ) -> ReleaseResult:
-        """Release every session idle for longer than ``max_idle_ms``; returns the totals."""
-        core = self._joined()
-        if max_idle_ms < 0:
-            raise _invalid("max_idle_ms must not be negative")
-        code, result = core.master.release_stale_kv_sessions(
-            core.tenant, max_idle_ms, include_pinned
-        )
-        raise_for(code)
-        return result
-
-    def release_all_kv_sessions(self, confirm: bool = False) -> ReleaseResult:
-        """Release every session of this tenant.
-
-        Raises:
-            InvalidParamsError: unless ``confirm`` is true.
-        """
-        core = self._joined()
-        code, result = core.master.release_all_kv_sessions(core.tenant, confirm)
-        raise_for(code, result.message)
-        return result
-
-    def release_kv_cache(self, keep_pinned: bool = True) -> ReleaseResult:
-        """Remove every KV-cache object of this tenant (data type KVCACHE or UNKNOWN) while
-        other data, e.g. WEIGHT, stays; pinned sessions' objects stay unless ``keep_pinned``
-        is false."""
-        core = self._joined()
-        code, result = core.master.release_kv_cache(core.tenant, keep_pinned)
-        raise_for(code)
-        return result
-
-    # ------------------------------------------------------------------------------------------
     # Introspection
 
     def stats(self) -> dict[str, int]:
@@ -828,6 +547,19 @@ class Client:
             SegmentStatus(segment, client_id, used, allocations)
             for segment, client_id, used, allocations in self._joined().master.list_segments()
         ]
+
+
+def _resolved(config: ReplicateConfig, count: int) -> ReplicateConfig | None:
+    """``config`` for a write of ``count`` keys with ``session_ids`` folded into
+    ``kv_sessions`` (what the core sends); None when either list has the wrong length."""
+    if config.session_ids is None:
+        tags = config.kv_sessions
+        return config if tags is None or len(tags) == count else None
+    try:
+        tags = config.session_tags(count)
+    except ValueError:
+        return None
+    return dataclasses.replace(config, kv_sessions=tags, session_ids=None)
 
 
 def _read_copies(

@@ -26,7 +26,9 @@ from mooncake_py.types import (
 )
 
 from .api import Client
+from .buffer_handle import BufferHandle
 from .config import ClientConfig
+from .replica_desc import ReplicaDescriptor
 from .results import BatchResult, KvSessionListing, SegmentStatus
 
 P = ParamSpec("P")
@@ -234,6 +236,24 @@ class AsyncClient(Offloader):
     async def batch_get_buffer(self, keys: Sequence[str]) -> BatchResult[pa.Buffer]:
         """Coroutine of :meth:`~mooncake_py.Client.batch_get_buffer`."""
         return await self._run(self._client.batch_get_buffer, keys)
+
+    async def get_buffer_handle(self, key: str) -> BufferHandle:
+        """Coroutine of :meth:`~mooncake_py.Client.get_buffer_handle`."""
+        return await self._run(self._client.get_buffer_handle, key)
+
+    async def batch_get_buffer_handle(self, keys: Sequence[str]) -> BatchResult[BufferHandle]:
+        """Coroutine of :meth:`~mooncake_py.Client.batch_get_buffer_handle`."""
+        return await self._run(self._client.batch_get_buffer_handle, keys)
+
+    async def get_replica_desc(self, key: str) -> list[ReplicaDescriptor]:
+        """Coroutine of :meth:`~mooncake_py.Client.get_replica_desc`."""
+        return await self._run(self._client.get_replica_desc, key)
+
+    async def batch_get_replica_desc(
+        self, keys: Sequence[str]
+    ) -> BatchResult[list[ReplicaDescriptor]]:
+        """Coroutine of :meth:`~mooncake_py.Client.batch_get_replica_desc`."""
+        return await self._run(self._client.batch_get_replica_desc, keys)
 
     async def is_exist(self, key: str) -> bool:
         """Coroutine of :meth:`~mooncake_py.Client.is_exist`."""

@@ -6,7 +6,10 @@ Mooncake's ``mooncake.store.MooncakeDistributedStore``:
 
 - data calls return ints: 0 or a negative ``ErrorCode``; ``get_into``, ``batch_get_into`` and
   ``batch_get_into_multi_buffers`` return the bytes read;
-- ``get`` returns ``b""`` on a miss or any error, never None;
+- ``get`` returns ``b""`` on a miss or any error, never None; ``get_buffer`` returns a
+  :class:`~mooncake_py.BufferHandle` or None (``batch_get_buffer`` one per key);
+- ``get_replica_desc`` returns a list of :class:`~mooncake_py.ReplicaDescriptor` (``[]`` on a
+  miss or error); ``batch_get_replica_desc`` a dict, in key order, of the keys found;
 - ``put`` of an existing key returns 0 and keeps the old bytes (first writer wins);
 - ``put_batch`` returns one int (the first error, or 0); the ``batch_*`` calls return lists;
 - almost nothing raises: type errors raise ``TypeError`` and ``put_parts`` with a buffer that
@@ -27,8 +30,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pyarrow as pa
-
 from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import (
     KvSessionInfo,
@@ -39,8 +40,10 @@ from mooncake_py.types import (
 )
 
 from .api import Client
+from .buffer_handle import BufferHandle
 from .buffers import bytes_view, parts_views
 from .config import ClientConfig
+from .replica_desc import ReplicaDescriptor
 from .results import BatchResult
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
@@ -352,18 +355,22 @@ class MooncakeDistributedStore:
             return [exc.code] * len(keys)
         return _counts(result.codes, result.values)
 
-    def get_buffer(self, key: str) -> pa.Buffer | None:
-        """The value as a ``pyarrow.Buffer`` of its own (copied once, valid after the read
-        lease ended); None on a miss or error."""
+    def get_buffer(self, key: str) -> BufferHandle | None:
+        """The value as a :class:`~mooncake_py.BufferHandle` (``ptr()``, ``size()``, a
+        writable buffer protocol), or None on a miss or any error, as upstream.
+
+        The handle is a copy of its own: the read lease ends when this returns, so the
+        store's memory is held only for the copy and the handle never changes under a later
+        write of the key."""
         return self.batch_get_buffer([key])[0]
 
-    def batch_get_buffer(self, keys: Sequence[str]) -> list[pa.Buffer | None]:
-        """:meth:`get_buffer` for each key, with one lookup."""
+    def batch_get_buffer(self, keys: Sequence[str]) -> list[BufferHandle | None]:
+        """:meth:`get_buffer` for each key, with one lookup: one handle or None per key."""
         client = self.client
         if client is None or not keys:
             return [None] * len(keys)
         try:
-            return list(client.batch_get_buffer(keys).values)
+            return list(client.batch_get_buffer_handle(keys).values)
         except MooncakeError:
             return [None] * len(keys)
 
@@ -439,6 +446,34 @@ class MooncakeDistributedStore:
             return [exc.code] * len(keys)
         found = result.values
         return [1 if hit else code for code, hit in zip(result.codes, found, strict=True)]
+
+    def get_replica_desc(self, key: str) -> list[ReplicaDescriptor]:
+        """Descriptors of the replicas of ``key``; ``[]`` on a miss or any error, as upstream.
+
+        A probe: the lookup's read lease ends at once, so nothing stays held (like
+        :meth:`get_size`, it takes over this client's existence hold on the key)."""
+        client = self.client
+        if client is None:
+            return []
+        try:
+            result = client.batch_get_replica_desc([key])
+        except MooncakeError:
+            return []
+        return result.values[0] or []
+
+    def batch_get_replica_desc(self, keys: Sequence[str]) -> dict[str, list[ReplicaDescriptor]]:
+        """Descriptors per key, in one lookup, as upstream: a dict in key order holding the
+        keys that were found (a miss, or a key that failed, is left out; ``{}`` when the
+        whole call failed). Holds nothing, as :meth:`get_replica_desc`."""
+        client = self.client
+        if client is None:
+            return {}
+        try:
+            result = client.batch_get_replica_desc(keys)
+        except MooncakeError:
+            return {}
+        found = {r.key: r.value for r in result if r.ok and r.value is not None}
+        return dict(sorted(found.items()))  # upstream's std::map iterates in key order
 
     def get_size(self, key: str) -> int:
         """The size of ``key`` in bytes, or a negative code (its read lease ends at once)."""

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-import pyarrow as pa
-
 from mooncake_py.types import KvSessionInfo, KvSessionPage, ReleaseResult, ReplicateConfig
 
 from .async_api import DEFAULT_WORKERS, Offloader
+from .buffer_handle import BufferHandle
 from .compat import MooncakeDistributedStore
+from .replica_desc import ReplicaDescriptor
 
 
 class AsyncMooncakeStore(Offloader):
@@ -184,13 +184,23 @@ class AsyncMooncakeStore(Offloader):
             prefer_alloc_in_same_node,
         )
 
-    async def get_buffer(self, key: str) -> pa.Buffer | None:
+    async def get_buffer(self, key: str) -> BufferHandle | None:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.get_buffer`."""
         return await self._run(self.store.get_buffer, key)
 
-    async def batch_get_buffer(self, keys: Sequence[str]) -> list[pa.Buffer | None]:
+    async def batch_get_buffer(self, keys: Sequence[str]) -> list[BufferHandle | None]:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.batch_get_buffer`."""
         return await self._run(self.store.batch_get_buffer, keys)
+
+    async def get_replica_desc(self, key: str) -> list[ReplicaDescriptor]:
+        """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.get_replica_desc`."""
+        return await self._run(self.store.get_replica_desc, key)
+
+    async def batch_get_replica_desc(
+        self, keys: Sequence[str]
+    ) -> dict[str, list[ReplicaDescriptor]]:
+        """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.batch_get_replica_desc`."""
+        return await self._run(self.store.batch_get_replica_desc, keys)
 
     async def is_exist(self, key: str) -> int:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.is_exist`."""

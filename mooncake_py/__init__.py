@@ -25,6 +25,13 @@ from mooncake_py.client import (
     MooncakeDistributedStore,
     SegmentStatus,
 )
+from mooncake_py.client.buffer_handle import BufferHandle
+from mooncake_py.client.replica_desc import (
+    Descriptor,
+    DiskDescriptor,
+    MemoryDescriptor,
+    ReplicaDescriptor,
+)
 from mooncake_py.errors import (
     AlreadyExistsError,
     AuthenticationError,
@@ -62,9 +69,12 @@ __all__ = [
     "AsyncMooncakeStore",
     "AuthenticationError",
     "BatchResult",
+    "BufferHandle",
     "BusyError",
     "Client",
     "ClientConfig",
+    "Descriptor",
+    "DiskDescriptor",
     "ErrorCode",
     "InternalError",
     "InvalidParamsError",
@@ -74,6 +84,7 @@ __all__ = [
     "KvSessionPage",
     "LeaseExpiredError",
     "LimitExceededError",
+    "MemoryDescriptor",
     "MooncakeDistributedStore",
     "MooncakeError",
     "NoSpaceError",
@@ -83,6 +94,7 @@ __all__ = [
     "ObjectDataType",
     "ProbeLeaseMode",
     "ReleaseResult",
+    "ReplicaDescriptor",
     "ReplicaStatus",
     "ReplicateConfig",
     "SegmentStatus",

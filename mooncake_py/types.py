@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import operator
 from typing import Any
 
@@ -63,7 +64,78 @@ class ClientStatus(enum.IntEnum):
     NEED_REMOUNT = 2
 
 
-_UNSIGNED_FIELDS = frozenset({"replica_num", "soft_pin_ttl_ms"})
+_UNSIGNED_FIELDS = frozenset(
+    {"replica_num", "soft_pin_ttl_ms", "nof_replica_num", "dfs_replica_num"}
+)
+_BOOL_FIELDS = frozenset({"with_hard_pin", "prefer_alloc_in_same_node"})
+_STR_FIELDS = frozenset({"preferred_segment", "host_id"})
+_STR_LIST_FIELDS = frozenset({"preferred_segments", "preferred_nof_segments"})
+_OPTIONAL_STR_LIST_FIELDS = frozenset({"group_ids", "session_ids"})
+
+
+def _unsigned(name: str, value: Any) -> int:
+    try:
+        number = operator.index(value)  # ints, bools and numpy integers, as pybind11 takes
+    except TypeError:
+        number = -1
+    if not 0 <= number < 1 << 64:
+        raise TypeError(f"ReplicateConfig.{name} takes an integer in [0, 2**64), not {value!r}")
+    return number
+
+
+def _boolean(name: str, value: Any) -> bool:
+    # pybind11 converts what has a truth-value slot of its own (numbers, None, numpy bools)
+    # and refuses the rest (strings, lists, ...), whose truth would be a mistake to guess.
+    if value is None or hasattr(type(value), "__bool__"):
+        return bool(value)
+    raise TypeError(f"ReplicateConfig.{name} takes a bool, not {value!r}")
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogates), checked in C."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _string(name: str, value: Any, utf8: bool = True) -> str:
+    # As pybind11's std::string caster: str that encodes as UTF-8, or bytes that decode.
+    if isinstance(value, str) and (not utf8 or _utf8(value)):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            pass
+    raise TypeError(f"ReplicateConfig.{name} takes a UTF-8 str, not {value!r}")
+
+
+def _strings(name: str, value: Any, utf8: bool = True) -> list[str]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"ReplicateConfig.{name} takes a list of str, not {value!r}")
+    items = list(value)
+    # Batches carry one entry per key (thousands): check them in C, and convert one by one
+    # only when something is not a plain (UTF-8) str.
+    if all(map(str.__instancecheck__, items)) and (not utf8 or _utf8("".join(items))):
+        return items
+    return [_string(name, item, utf8) for item in items]
+
+
+def _string_lists(name: str, value: Any) -> list[list[str]]:
+    # Session ids are the master's to judge (a bad one fails the write with INVALID_PARAMS),
+    # so only their types are checked here.
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"ReplicateConfig.{name} takes a list of lists of str, not {value!r}")
+    lists = list(value)
+    if all(map(list.__instancecheck__, lists)) and all(
+        map(str.__instancecheck__, itertools.chain.from_iterable(lists))
+    ):
+        return lists
+    return [_strings(name, item, utf8=False) for item in lists]
 
 
 @dataclasses.dataclass
@@ -71,24 +143,54 @@ class ReplicateConfig:
     """Per-write placement and retention options, as upstream's ``ReplicateConfig``.
 
     Attributes are plain and mutable so that code written for upstream
-    (``cfg = ReplicateConfig(); cfg.replica_num = 2``) works unchanged. As upstream's binding,
-    an assignment (or constructor argument) that its C++ field cannot hold raises TypeError at
-    once: ``replica_num`` and ``soft_pin_ttl_ms`` take integers in ``[0, 2**64)`` (and
-    ``soft_pin_ttl_ms`` also None, meaning the master's default), so a bad value never reaches
-    a data call.
+    (``cfg = ReplicateConfig(); cfg.replica_num = 2``) works unchanged, and probing with
+    ``hasattr(ReplicateConfig, name)`` finds every field. As upstream's binding, an
+    assignment (or constructor argument) that its C++ field cannot hold raises TypeError at
+    once, so a bad value never reaches a data call:
+
+    - ``replica_num``, ``nof_replica_num``, ``dfs_replica_num``: integers in ``[0, 2**64)``;
+      ``soft_pin_ttl_ms`` too, or None (the master's default);
+    - ``with_hard_pin``, ``prefer_alloc_in_same_node``: anything with a truth value of its
+      own (bools, numbers, None), stored as bool;
+    - ``preferred_segment``, ``host_id``: str that encodes as UTF-8 (or UTF-8 bytes);
+    - ``preferred_segments``, ``preferred_nof_segments``: an iterable of such str, stored as
+      a list; ``group_ids`` the same, or None;
+    - ``session_ids`` (None, or an iterable of str) and ``kv_sessions`` (None, or an
+      iterable of such lists): only their types are checked, since session ids are the
+      master's to judge (a bad one fails the write with INVALID_PARAMS).
+
+    ``data_type`` and ``soft_pin_action`` take their enums (plain ints pass through and an
+    unknown one fails the write with INVALID_PARAMS).
+
+    Fields beyond placement:
+
+    - ``nof_replica_num`` / ``preferred_nof_segments`` (NVMe-oF replicas) and
+      ``dfs_replica_num`` (a distributed-file-system replica): this store has neither tier,
+      so a write asking for one fails with INVALID_PARAMS, as upstream's builds without them.
+    - ``group_ids``: one group per key (``""`` ungrouped); a single put takes exactly one.
+    - ``kv_sessions``: KV sessions to tag each key with, one inner list per key (also for
+      single puts).
+    - ``session_ids``: the session that wrote each key, one entry per key (``""`` for none);
+      SGLang sets it for the writing request's session. Each non-empty entry tags its key
+      with that KV session, as if listed in ``kv_sessions``.
+    - ``with_soft_pin``: the boolean of older upstream builds, kept as a view of
+      ``soft_pin_action`` (True is ``ENABLE``; setting False restores ``PRESERVE``).
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _UNSIGNED_FIELDS and not (value is None and name == "soft_pin_ttl_ms"):
-            try:
-                number = operator.index(value)  # ints, and numpy integers, as pybind11 takes
-            except TypeError:
-                number = -1
-            if not 0 <= number < 1 << 64:
-                raise TypeError(
-                    f"ReplicateConfig.{name} takes an integer in [0, 2**64), not {value!r}"
-                )
-            value = number
+        if name in _UNSIGNED_FIELDS:
+            if not (value is None and name == "soft_pin_ttl_ms"):
+                value = _unsigned(name, value)
+        elif name in _BOOL_FIELDS:
+            value = _boolean(name, value)
+        elif name in _STR_FIELDS:
+            value = _string(name, value)
+        elif name in _STR_LIST_FIELDS:
+            value = _strings(name, value)
+        elif name in _OPTIONAL_STR_LIST_FIELDS:
+            value = None if value is None else _strings(name, value, name != "session_ids")
+        elif name == "kv_sessions":
+            value = None if value is None else _string_lists(name, value)
         object.__setattr__(self, name, value)
 
     replica_num: int = 1
@@ -103,6 +205,41 @@ class ReplicateConfig:
     soft_pin_ttl_ms: int | None = None
     # KV sessions to tag each key with: one inner list per key (also for single puts).
     kv_sessions: list[list[str]] | None = None
+    nof_replica_num: int = 0
+    dfs_replica_num: int = 0
+    preferred_nof_segments: list[str] = dataclasses.field(default_factory=list)
+    # The writing session per key ("" for none): tags each key with that KV session.
+    session_ids: list[str] | None = None
+
+    @property
+    def with_soft_pin(self) -> bool:
+        """Older upstream builds' flag: whether the write enables the TTL soft pin."""
+        return self.soft_pin_action == SoftPinAction.ENABLE
+
+    @with_soft_pin.setter
+    def with_soft_pin(self, value: bool) -> None:
+        enable = _boolean("with_soft_pin", value)
+        self.soft_pin_action = SoftPinAction.ENABLE if enable else SoftPinAction.PRESERVE
+
+    def session_tags(self, count: int) -> list[list[str]] | None:
+        """The KV sessions to tag each of ``count`` keys with: ``kv_sessions`` merged with
+        ``session_ids`` (each non-empty id added to its key's list), or None for none.
+
+        Raises:
+            ValueError: ``kv_sessions`` or ``session_ids`` is given with a length other
+                than ``count``.
+        """
+        tags, writers = self.kv_sessions, self.session_ids
+        for name, given in (("kv_sessions", tags), ("session_ids", writers)):
+            if given is not None and len(given) != count:
+                raise ValueError(f"{count} keys but {len(given)} {name}")
+        if not writers or not any(writers):
+            return tags
+        merged = [list(t) for t in tags] if tags is not None else [[] for _ in range(count)]
+        for sessions, writer in zip(merged, writers, strict=True):
+            if writer and writer not in sessions:
+                sessions.append(writer)
+        return merged
 
 
 @dataclasses.dataclass(frozen=True)

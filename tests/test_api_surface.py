@@ -24,9 +24,10 @@ from tests.typecheck import ROOT, build_layout, run_mypy
 PINNED: dict[str, dict[str, str]] = {
     "AsyncMooncakeStore": {
         "attach_kv_session": "async (self, session_id: 'str', keys: 'Sequence[str]') -> 'list[int]'",
-        "batch_get_buffer": "async (self, keys: 'Sequence[str]') -> 'list[pa.Buffer | None]'",
+        "batch_get_buffer": "async (self, keys: 'Sequence[str]') -> 'list[BufferHandle | None]'",
         "batch_get_into": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",
         "batch_get_into_multi_buffers": "async (self, keys: 'Sequence[str]', all_buffer_ptrs: 'Sequence[Sequence[int]]', all_sizes: 'Sequence[Sequence[int]]', prefer_alloc_in_same_node: 'bool' = False) -> 'list[int]'",
+        "batch_get_replica_desc": "async (self, keys: 'Sequence[str]') -> 'dict[str, list[ReplicaDescriptor]]'",
         "batch_is_exist": "async (self, keys: 'Sequence[str]') -> 'list[int]'",
         "batch_probe_key": "async (self, keys: 'Sequence[str]', policy: 'str' = 'none', candidate_size: 'int' = 1) -> 'list[int]'",
         "batch_put_from": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
@@ -37,10 +38,11 @@ PINNED: dict[str, dict[str, str]] = {
         "close_kv_session": "async (self, session_id: 'str') -> 'int'",
         "get": "async (self, key: 'str') -> 'bytes'",
         "get_batch": "async (self, keys: 'Sequence[str]') -> 'list[bytes]'",
-        "get_buffer": "async (self, key: 'str') -> 'pa.Buffer | None'",
+        "get_buffer": "async (self, key: 'str') -> 'BufferHandle | None'",
         "get_hostname": "(self) -> 'str'",
         "get_into": "async (self, key: 'str', buffer_ptr: 'int', size: 'int') -> 'int'",
         "get_kv_session": "async (self, session_id: 'str') -> 'KvSessionInfo'",
+        "get_replica_desc": "async (self, key: 'str') -> 'list[ReplicaDescriptor]'",
         "get_size": "async (self, key: 'str') -> 'int'",
         "health_check": "(self) -> 'int'",
         "is_exist": "async (self, key: 'str') -> 'int'",
@@ -71,9 +73,10 @@ PINNED: dict[str, dict[str, str]] = {
     },
     "MooncakeDistributedStore": {
         "attach_kv_session": "(self, session_id: 'str', keys: 'Sequence[str]') -> 'list[int]'",
-        "batch_get_buffer": "(self, keys: 'Sequence[str]') -> 'list[pa.Buffer | None]'",
+        "batch_get_buffer": "(self, keys: 'Sequence[str]') -> 'list[BufferHandle | None]'",
         "batch_get_into": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",
         "batch_get_into_multi_buffers": "(self, keys: 'Sequence[str]', all_buffer_ptrs: 'Sequence[Sequence[int]]', all_sizes: 'Sequence[Sequence[int]]', prefer_alloc_in_same_node: 'bool' = False) -> 'list[int]'",
+        "batch_get_replica_desc": "(self, keys: 'Sequence[str]') -> 'dict[str, list[ReplicaDescriptor]]'",
         "batch_is_exist": "(self, keys: 'Sequence[str]') -> 'list[int]'",
         "batch_probe_key": "(self, keys: 'Sequence[str]', policy: 'str' = 'none', candidate_size: 'int' = 1) -> 'list[int]'",
         "batch_put_from": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]', config: 'ReplicateConfig | None' = None) -> 'list[int]'",
@@ -84,10 +87,11 @@ PINNED: dict[str, dict[str, str]] = {
         "close_kv_session": "(self, session_id: 'str') -> 'int'",
         "get": "(self, key: 'str') -> 'bytes'",
         "get_batch": "(self, keys: 'Sequence[str]') -> 'list[bytes]'",
-        "get_buffer": "(self, key: 'str') -> 'pa.Buffer | None'",
+        "get_buffer": "(self, key: 'str') -> 'BufferHandle | None'",
         "get_hostname": "(self) -> 'str'",
         "get_into": "(self, key: 'str', buffer_ptr: 'int', size: 'int') -> 'int'",
         "get_kv_session": "(self, session_id: 'str') -> 'KvSessionInfo'",
+        "get_replica_desc": "(self, key: 'str') -> 'list[ReplicaDescriptor]'",
         "get_size": "(self, key: 'str') -> 'int'",
         "health_check": "(self) -> 'int'",
         "is_exist": "(self, key: 'str') -> 'int'",
@@ -158,6 +162,7 @@ from mooncake_py import (
     AsyncClient,
     AsyncMooncakeStore,
     BatchResult,
+    BufferHandle,
     Client,
     ClientConfig,
     KeyResult,
@@ -168,6 +173,7 @@ from mooncake_py import (
     MooncakeError,
     NotFoundError,
     ReleaseResult,
+    ReplicaDescriptor,
     ReplicateConfig,
     SegmentStatus,
 )
@@ -195,6 +201,13 @@ def typed(client: Client, ptr: int) -> None:
     scattered: BatchResult[int] = client.batch_get_into_multi_buffers(["k"], [[ptr, ptr + 8]], [[8, 8]], True)
     buffer: pa.Buffer = client.get_buffer("k")
     buffers: BatchResult[pa.Buffer] = client.batch_get_buffer(["k"])
+    handle: BufferHandle = client.get_buffer_handle("k")
+    handles: BatchResult[BufferHandle] = client.batch_get_buffer_handle(["k"])
+    address: int = handle.ptr() + handle.size() + len(memoryview(handle))
+    replicas: list[ReplicaDescriptor] = client.get_replica_desc("k")
+    located: BatchResult[list[ReplicaDescriptor]] = client.batch_get_replica_desc(["k"])
+    in_memory: bool = replicas[0].is_memory_replica() and not replicas[0].is_disk_replica()
+    where: int = replicas[0].get_memory_descriptor().buffer_descriptor.buffer_address
     found: bool = client.is_exist("k")
     flags: list[bool] = client.batch_is_exist(["k"]).unwrap()
     found = client.probe_key("k")
@@ -227,7 +240,7 @@ def typed(client: Client, ptr: int) -> None:
         code: int = exc.code
         key: str | None = exc.key
     client.close()
-    del multi, scattered
+    del multi, scattered, handles, address, located, in_memory, where
     del puts, value, values, read, first, buffer, buffers, found, flags, size, removed, probes
     del count, attached, info, page, listing, released, stats, segments, reachable, name
 
@@ -253,6 +266,10 @@ async def typed_async(ptr: int) -> None:
         scattered: BatchResult[int] = await client.batch_get_into_multi_buffers(["k"], [[ptr]], [[16]])
         buffer: pa.Buffer = await client.get_buffer("k")
         await client.batch_get_buffer(["k"])
+        handle: BufferHandle = await client.get_buffer_handle("k")
+        handles: BatchResult[BufferHandle] = await client.batch_get_buffer_handle(["k"])
+        replicas: list[ReplicaDescriptor] = await client.get_replica_desc("k")
+        located: BatchResult[list[ReplicaDescriptor]] = await client.batch_get_replica_desc(["k"])
         found: bool = await client.is_exist("k")
         await client.batch_is_exist(["k"])
         found = await client.probe_key("k")
@@ -280,7 +297,7 @@ async def typed_async(ptr: int) -> None:
         sync: Client = client.client
         client.unregister_buffer(ptr)
         del value, batch, read, buffer, found, size, count, info, page, listing, released, probed
-        del stats, segments, name, reachable, sync, scattered
+        del stats, segments, name, reachable, sync, scattered, handle, handles, replicas, located
 
 
 def drop_in(store: MooncakeDistributedStore, ptr: int) -> None:
@@ -300,8 +317,12 @@ def drop_in(store: MooncakeDistributedStore, ptr: int) -> None:
     codes = store.batch_get_into_multi_buffers(["k"], [[ptr, ptr + 1]], [[1, 1]])
     codes = store.batch_get_into_multi_buffers(["k"], [[ptr]], [[1]], prefer_alloc_in_same_node=True)
     codes = store.batch_put_from_multi_buffers(["k"], [[ptr, ptr + 1]], [[1, 1]], ReplicateConfig())
-    buffer: pa.Buffer | None = store.get_buffer("k")
-    buffers: list[pa.Buffer | None] = store.batch_get_buffer(["k"])
+    buffer: BufferHandle | None = store.get_buffer("k")
+    buffers: list[BufferHandle | None] = store.batch_get_buffer(["k"])
+    replicas: list[ReplicaDescriptor] = store.get_replica_desc("k")
+    by_key: dict[str, list[ReplicaDescriptor]] = store.batch_get_replica_desc(["k"])
+    config = ReplicateConfig(session_ids=["s"], nof_replica_num=0, dfs_replica_num=0)
+    config.with_soft_pin = True
     code = store.is_exist("k") + store.get_size("k") + store.remove("k", True)
     codes = store.batch_is_exist(["k"]) + store.batch_remove(["k"])
     code = store.probe_key("k")
@@ -320,6 +341,7 @@ def drop_in(store: MooncakeDistributedStore, ptr: int) -> None:
     name: str = store.get_hostname()
     code = store.health_check() + store.close()
     del codes, code, value, values, buffer, buffers, info, page, infos, cursor, released, name
+    del replicas, by_key, config
 
 
 async def drop_in_async(ptr: int) -> None:
@@ -338,8 +360,10 @@ async def drop_in_async(ptr: int) -> None:
         codes = await store.batch_get_into(["k"], [ptr], [1])
         codes = await store.batch_get_into_multi_buffers(["k"], [[ptr]], [[1]], False)
         codes = await store.batch_put_from_multi_buffers(["k"], [[ptr]], [[1]])
-        buffer: pa.Buffer | None = await store.get_buffer("k")
-        buffers: list[pa.Buffer | None] = await store.batch_get_buffer(["k"])
+        buffer: BufferHandle | None = await store.get_buffer("k")
+        buffers: list[BufferHandle | None] = await store.batch_get_buffer(["k"])
+        replicas: list[ReplicaDescriptor] = await store.get_replica_desc("k")
+        by_key: dict[str, list[ReplicaDescriptor]] = await store.batch_get_replica_desc(["k"])
         code = await store.is_exist("k") + await store.get_size("k")
         codes = await store.batch_is_exist(["k"]) + await store.batch_remove(["k"])
         code = await store.probe_key("k")
@@ -359,7 +383,7 @@ async def drop_in_async(ptr: int) -> None:
         name: str = store.get_hostname()
         code = store.health_check() + await store.close()
         del code, codes, value, values, buffer, buffers, info, page, infos, cursor
-        del released, name
+        del released, name, replicas, by_key
 
 
 def main() -> None:
