@@ -91,6 +91,8 @@ class MasterService:
         sessions: the KV session operations (attach, pin, update, close, get, list).
         releases: the release operations (of a session, of stale or all sessions, of the
             KV cache).
+        context: what the composed services share (lock, state, clock, tenant rule), for
+            services built beside the facade (the HTTP admin queries).
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class MasterService:
         # Tokens bind callers to tenants, which only means something with separate key spaces.
         tenants = TenantResolver(config.enable_multi_tenants or bool(config.auth_tokens_file))
         context = ServiceContext(threading.Lock(), StoreState(config, rng), clock, tenants)
+        self.context = context
         self._lock = context.lock
         self._state = context.state
         self._clock = clock
