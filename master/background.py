@@ -24,6 +24,10 @@ SWEEP_INTERVAL_S = 1.0
 EVICTION_INTERVAL_S = 0.01
 # Long-lived objects are moved out of the cyclic collector's sight this often.
 GC_FREEZE_INTERVAL_S = 10.0
+# Withdrawn segments' objects are dropped in slices; pending drains are looked at this often.
+DRAIN_INTERVAL_S = 0.05
+# Steps of the event loop between two slices of background work (as for sliced calls).
+LOOP_STEPS_BETWEEN_SLICES = 4
 
 
 def freeze_survivors(now: float) -> None:
@@ -48,6 +52,18 @@ async def run_every(
             step(clock())
         except Exception:
             log.exception("background step %s failed", getattr(step, "__name__", step))
+
+
+async def drain_forever(service: MasterService) -> None:
+    """Drop the objects of segments whose clients expired, one bounded slice at a time."""
+    while True:
+        await asyncio.sleep(DRAIN_INTERVAL_S)
+        try:
+            while service.continue_drains():
+                for _ in range(LOOP_STEPS_BETWEEN_SLICES):
+                    await asyncio.sleep(0)
+        except Exception:
+            log.exception("segment drain failed")
 
 
 async def evict_forever(service: MasterService, clock: Callable[[], float]) -> None:
@@ -84,12 +100,17 @@ class BackgroundLoops:
     def start(self) -> None:
         """Start every timer on the running event loop."""
         steps = [
-            (REAP_INTERVAL_S, self._service.reap_expired_clients),
+            (REAP_INTERVAL_S, self._reap),
             (SWEEP_INTERVAL_S, self._service.sweep_expired_puts),
             (GC_FREEZE_INTERVAL_S, freeze_survivors),
         ]
         self._tasks = [asyncio.create_task(run_every(i, s, self._clock)) for i, s in steps]
         self._tasks.append(asyncio.create_task(evict_forever(self._service, self._clock)))
+        self._tasks.append(asyncio.create_task(drain_forever(self._service)))
+
+    def _reap(self, now: float) -> None:
+        # Expired clients' objects go in slices (drain_forever), not in this step.
+        self._service.reap_expired_clients(now, drain=False)
 
     async def stop(self) -> None:
         """Cancel every timer and wait for them to finish."""

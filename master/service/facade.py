@@ -57,7 +57,7 @@ from .kv_sessions import SessionService
 from .reads import ReadService
 from .release import ReleaseService
 from .removal import RemovalService
-from .slices import Steps, drive, map_in_slices
+from .slices import SliceTimer, Steps, drive, map_in_slices
 from .writes import WritePath
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
@@ -159,10 +159,20 @@ class MasterService:
             return ErrorCode.OK
 
     def unmount_segment(self, client_id: str, segment_id: str) -> ErrorCode:
+        """:meth:`unmount_segment_sliced`, every slice back to back."""
+        return drive(self.unmount_segment_sliced(client_id, segment_id))
+
+    def unmount_segment_sliced(self, client_id: str, segment_id: str) -> Steps[ErrorCode]:
         """Withdraw a segment; objects left without a replica are deleted. Idempotent.
+
+        The segment is withdrawn in the first slice (nothing is placed on it, no reader is
+        given it from then on); its objects are dropped in slices, and the answer comes once
+        they all are.
 
         Returns:
             OK; INVALID_PARAMS when another client owns the segment.
+
+        Complexity: O(objects on the segment), in slices.
         """
         with self._lock:
             mounted = self._segments.get(segment_id)
@@ -170,8 +180,14 @@ class MasterService:
                 return ErrorCode.OK
             if mounted.client_id != client_id:
                 return ErrorCode.INVALID_PARAMS
-            self._unmount_locked(segment_id)
-            return ErrorCode.OK
+            drain = self._state.start_unmount(segment_id)
+        timer = SliceTimer()
+        while True:
+            with self._lock:
+                if self._state.drain(drain, timer.spent):
+                    return ErrorCode.OK
+            yield
+            timer.restart()
 
     def ping(self, client_id: str) -> PingResult:
         """Heartbeat: refresh the client's deadline and tell it whether to remount."""
@@ -197,11 +213,11 @@ class MasterService:
     def _mount_locked(self, client_id: str, segment: SegmentInfo) -> ErrorCode:
         code = self._validate_segment(client_id, segment)
         if code == ErrorCode.OK and self._segments.get(segment.id) is None:
+            # A drain of an earlier mount of this id ends first: its replicas must never
+            # meet the new allocator.
+            self._state.finish_drain(segment.id)
             self._segments.mount(client_id, segment)
         return code
-
-    def _unmount_locked(self, segment_id: str) -> None:
-        self._state.unmount(segment_id)
 
     # ------------------------------------------------------------------------------------------
     # Write path
@@ -474,21 +490,42 @@ class MasterService:
     # ------------------------------------------------------------------------------------------
     # Background steps
 
-    def reap_expired_clients(self, now: float) -> list[str]:
+    def reap_expired_clients(self, now: float, drain: bool = True) -> list[str]:
         """Expire clients silent for ``client_ttl``: unmount their segments, drop lost objects.
 
+        Args:
+            drain: drop the lost objects now; False leaves that to :meth:`continue_drains`
+                (the background loop's way, so a dead client with a million objects does
+                not stall the master).
+
         Returns:
-            The expired client ids. Complexity: O(expired clients × their objects).
+            The expired client ids. Complexity: O(expired clients × their objects), or
+            O(expired clients × their segments) plus id copies without ``drain``.
         """
         with self._lock:
             expired = self._clients.pop_expired(now)
             for client_id in expired:
                 for mounted in self._segments.segments_of(client_id):
-                    self._unmount_locked(mounted.info.id)
+                    started = self._state.start_unmount(mounted.info.id)
+                    if drain:
+                        self._state.drain(started)
                 # It reads and writes nothing any more: what it held goes back.
                 self._state.reads.drop_client(client_id)
                 self._state.drop_client_writes(client_id)
             return expired
+
+    def continue_drains(self) -> bool:
+        """Run one bounded slice of the pending segment drains (see :meth:`reap_expired_clients`).
+
+        Returns:
+            True when drains remain (call again after letting other calls in).
+        """
+        timer = SliceTimer()
+        with self._lock:
+            for drain in list(self._state.draining.values()):
+                if not self._state.drain(drain, timer.spent):
+                    return True
+            return bool(self._state.draining)
 
     def sweep_expired_puts(self, now: float) -> int:
         """Free writes that never ended within the release timeout and preempted writes whose

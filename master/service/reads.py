@@ -84,8 +84,10 @@ class ReadService:
             if meta is None:
                 code = ErrorCode.OBJECT_NOT_FOUND if valid_key(key) else ErrorCode.INVALID_PARAMS
                 return ReplicaListResult(code)
-            readable = meta.complete_replicas()
+            readable = state.readable_replicas(meta)
             if not readable:
+                if meta.readable:  # every replica on a segment being withdrawn
+                    return ReplicaListResult(ErrorCode.OBJECT_NOT_FOUND)
                 return ReplicaListResult(ErrorCode.REPLICA_IS_NOT_READY)
             state.touch(meta, now)
             read_id = state.reads.grant(client_id, meta, readable, now + lease_s)
@@ -198,7 +200,7 @@ class ReadService:
         with self._lock:
             now = self._clock()
             metas = [state.objects.get((resolved or "", k)) for k in keys]
-            readable = [m for m in metas if m is not None and m.readable]
+            readable = [m for m in metas if m is not None and state.is_readable(m)]
             if len(readable) != len(metas):
                 return False
             for meta in readable:
@@ -224,7 +226,11 @@ class ReadService:
         def step(_: int, key: str, now: float) -> int:
             object_id = (scope, key)
             meta: ObjectMetadata | None = lookup(object_id)
-            if meta is None or not meta.readable:
+            if (
+                meta is None
+                or not meta.readable
+                or (state.draining and not state.is_readable(meta))
+            ):
                 # Stored keys were valid when written; only misses need the check.
                 return 0 if valid_key(key) else invalid
             if hold:

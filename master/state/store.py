@@ -15,6 +15,7 @@ import dataclasses
 import heapq
 import itertools
 import random
+from collections.abc import Callable
 
 from mooncake_py.types import ReplicaDescriptor, SegmentInfo
 
@@ -58,6 +59,29 @@ class Counters:
 
 _GONE_SEGMENT = SegmentInfo(id="", name="", base=1, size=1, te_endpoint="")
 
+DRAIN_CHECK_EVERY = 64
+"""Objects dropped between two looks at the slice's time while draining a segment."""
+
+
+@dataclasses.dataclass(slots=True)
+class SegmentDrain:
+    """An unmounted segment whose objects are still being dropped, slice by slice.
+
+    Attributes:
+        segment_id: the segment.
+        pending: ids of the objects that had a replica on it when it was unmounted.
+        position: how many of ``pending`` were handled.
+    """
+
+    segment_id: str
+    pending: list[ObjectId]
+    position: int = 0
+
+    @property
+    def done(self) -> bool:
+        """Whether every pending object was handled."""
+        return self.position >= len(self.pending)
+
 
 def is_soft_pinned(meta: ObjectMetadata, now: float) -> bool:
     """True while ``meta`` is effectively soft pinned: its own TTL pin has not expired, or a
@@ -96,6 +120,8 @@ class StoreState:
         self.segments.on_allocated = self.reads.on_allocated
         # Preempted writes by write id, and their release deadlines (oldest first).
         self.preempted: dict[int, PreemptedWrite] = {}
+        # Unmounted segments whose objects are still being dropped, by segment id.
+        self.draining: dict[str, SegmentDrain] = {}
         self._preempted_deadlines: list[tuple[float, int]] = []
         self.counters = Counters()
         self.lease_ttl_s = config.default_kv_lease_ttl / 1000.0
@@ -248,7 +274,25 @@ class StoreState:
     # -- segments --------------------------------------------------------------------------
 
     def unmount(self, segment_id: str) -> None:
-        """Withdraw a segment: its replicas vanish, objects left with none are erased."""
+        """Withdraw a segment: its replicas vanish, objects left with none are erased.
+
+        Complexity: O(objects on the segment), at once; :meth:`start_unmount` and
+        :meth:`drain` do the same in slices.
+        """
+        self.drain(self.start_unmount(segment_id))
+
+    def start_unmount(self, segment_id: str) -> SegmentDrain:
+        """Withdraw a segment now (nothing is placed on it and no read is granted on it from
+        here on) and return the drain that drops its objects' replicas.
+
+        Until the drain is done, objects may still list replicas on the segment: readers
+        never get them (:meth:`readable_replicas`, :meth:`is_readable`), and mounting the
+        same id again first finishes the drain (:meth:`finish_drain`), so a new allocator
+        never meets old replicas.
+
+        Complexity: O(objects on the segment) for a C-level copy of their ids.
+        """
+        self.finish_drain(segment_id)
         self.segments.unmount(segment_id)
         # Buffers waiting for readers or writers die with their segment; a remount of the same
         # id starts from an empty allocator that must not receive their frees.
@@ -257,15 +301,58 @@ class StoreState:
             preempted.replicas = [r for r in preempted.replicas if r.segment_id != segment_id]
         for write_id in [w for w, p in self.preempted.items() if not p.replicas]:
             del self.preempted[write_id]
-        for object_id in self.objects.objects_on_segment(segment_id):
+        drain = SegmentDrain(segment_id, self.objects.objects_on_segment(segment_id))
+        self.draining[segment_id] = drain
+        return drain
+
+    def drain(self, drain: SegmentDrain, spent: Callable[[], bool] | None = None) -> bool:
+        """Drop the drained segment's replicas from pending objects, erasing objects left with
+        none, until ``spent()`` says the slice is over (checked every
+        :data:`DRAIN_CHECK_EVERY` objects; None: to the end).
+
+        Returns:
+            True when the drain is done (then the segment is no longer draining).
+        """
+        segment_id = drain.segment_id
+        pending = drain.pending
+        while drain.position < len(pending):
+            object_id = pending[drain.position]
+            drain.position += 1
             meta = self.objects.get(object_id)
-            if meta is None:
-                continue
-            lost = [r for r in meta.replicas if r.segment_id == segment_id]
-            self.reads.forget_replicas(lost)
-            self.objects.drop_replicas(meta, lost)
-            if not meta.replicas:
-                self.erase(object_id)
+            if meta is not None:
+                lost = [r for r in meta.replicas if r.segment_id == segment_id]
+                if lost:
+                    self.reads.forget_replicas(lost)
+                    self.objects.drop_replicas(meta, lost)
+                    if not meta.replicas:
+                        self.erase(object_id)
+            if spent is not None and not drain.position % DRAIN_CHECK_EVERY and spent():
+                break
+        if not drain.done:
+            return False
+        if self.draining.get(segment_id) is drain:
+            del self.draining[segment_id]
+        return True
+
+    def finish_drain(self, segment_id: str) -> None:
+        """Finish at once the drain of ``segment_id`` if one runs (before the id is mounted
+        again). Complexity: O(objects it still has to drop)."""
+        drain = self.draining.get(segment_id)
+        if drain is not None:
+            self.drain(drain)
+
+    def readable_replicas(self, meta: ObjectMetadata) -> list[Replica]:
+        """The COMPLETE replicas a reader may be given: none on a segment being drained.
+        O(replicas)."""
+        replicas = meta.complete_replicas()
+        if self.draining:
+            replicas = [r for r in replicas if r.segment_id not in self.draining]
+        return replicas
+
+    def is_readable(self, meta: ObjectMetadata) -> bool:
+        """Whether a reader would be given a replica of ``meta`` now. O(1) unless a segment
+        is being drained."""
+        return meta.readable and (not self.draining or bool(self.readable_replicas(meta)))
 
     def describe(self, meta: ObjectMetadata, replica: Replica) -> ReplicaDescriptor:
         """Where a client finds ``replica``'s bytes."""
@@ -299,10 +386,15 @@ class StoreState:
         self.objects.check()
         self.segments.check()
         self.sessions.check(self.objects)
+        for segment_id, drain in self.draining.items():
+            if drain.done or self.segments.get(segment_id) is not None:
+                raise AssertionError(f"segment {segment_id} drains but is done or mounted")
         live: dict[str, int] = {}
         candidates: set[ObjectId] = set()
         for meta in self.objects:
             for replica in meta.replicas:
+                if replica.segment_id in self.draining:
+                    continue  # dropped when the drain reaches it
                 if self.segments.get(replica.segment_id) is None:
                     raise AssertionError(f"{meta.object_id!r} has a replica on a gone segment")
                 live[replica.segment_id] = live.get(replica.segment_id, 0) + 1

@@ -362,7 +362,13 @@ _ENTRIES = (
         Fields("client_id", Field("segments", codec.decode_segments, codec.encode_segments)),
         STATUS,
     ),
-    Rpc("UnmountSegment", "service.unmount_segment", Fields("client_id", "segment_id"), STATUS),
+    Rpc(
+        "UnmountSegment",
+        "service.unmount_segment_sliced",
+        Fields("client_id", "segment_id"),
+        STATUS,
+        sliced=True,
+    ),
     Rpc("Ping", "service.ping", Fields("client_id"), PING),
     Rpc("ServiceReady", "service_ready", Fields(), READY),
     # Write path.
