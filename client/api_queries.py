@@ -182,6 +182,33 @@ class QueryCalls:
         raise_for(count)
         return count
 
+    def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> list[str]:
+        """Drop this client's own objects that nothing holds (upstream's
+        ``batch_replica_clear``): with no ``segment_name`` the whole object, when every
+        replica is complete; with one, only the object's replicas on segments of that name
+        (the object too when none is left). Keys this client did not write, keys being read
+        or held by an ``is_exist``, writes in flight and missing keys are skipped. Memory
+        comes back at once.
+
+        Returns:
+            The keys cleared, in the order given.
+
+        Raises:
+            InvalidParamsError: ``keys`` is not a sequence of strings, ``segment_name`` not a
+                string, or more keys than the master's batch limit.
+        """
+        core = self._joined()
+        if isinstance(keys, str) or not isinstance(segment_name, str):
+            raise invalid_params("keys must be a sequence of strings, segment_name a string")
+        names = list(keys)
+        if not all(isinstance(k, str) for k in names):
+            raise invalid_params("keys must be strings")
+        code, cleared = core.master.call(
+            "BatchReplicaClear", core.client_id, core.tenant, names, segment_name
+        )
+        raise_for(code)
+        return list(cleared)
+
     def get_replica_desc(self, key: str) -> list[ReplicaDescriptor]:
         """Where the replicas of ``key`` are (upstream's ``get_replica_desc``): one
         :class:`~mooncake_py.ReplicaDescriptor` per readable replica.

@@ -496,6 +496,17 @@ class MooncakeDistributedStore:
         """Delete every removable key of this tenant; the count removed."""
         return self._value(lambda c: c.remove_all(force))
 
+    def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> list[str]:
+        """Drop this client's own unheld objects (or their replicas on ``segment_name``); the
+        keys cleared, ``[]`` on error. See :meth:`~mooncake_py.Client.batch_replica_clear`."""
+        client = self.client
+        if client is None:
+            return []
+        try:
+            return client.batch_replica_clear(keys, segment_name)
+        except MooncakeError:
+            return []
+
     # ------------------------------------------------------------------------------------------
     # KV sessions: these raise MooncakeError, as upstream's session branch does
 

@@ -240,6 +240,10 @@ class AsyncMooncakeStore(Offloader):
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.remove_all`."""
         return await self._run(self.store.remove_all, force)
 
+    async def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> list[str]:
+        """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.batch_replica_clear`."""
+        return await self._run(self.store.batch_replica_clear, keys, segment_name)
+
     async def attach_kv_session(self, session_id: str, keys: Sequence[str]) -> list[int]:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.attach_kv_session`."""
         return await self._run(self.store.attach_kv_session, session_id, keys)

@@ -57,6 +57,7 @@ from .kv_sessions import SessionService
 from .reads import ReadService
 from .release import ReleaseService
 from .removal import RemovalService
+from .replicas import ReplicaService
 from .slices import SliceTimer, Steps, drive, map_in_slices
 from .writes import WritePath
 
@@ -91,6 +92,7 @@ class MasterService:
         sessions: the KV session operations (attach, pin, update, close, get, list).
         releases: the release operations (of a session, of stale or all sessions, of the
             KV cache).
+        replicas: replica management (clearing a client's own replicas).
         context: what the composed services share (lock, state, clock, tenant rule), for
             services built beside the facade (the HTTP admin queries).
     """
@@ -121,6 +123,7 @@ class MasterService:
         self.reads = ReadService(context, config.max_batch_keys)
         self.sessions = SessionService(context)
         self.releases = ReleaseService(context)
+        self.replicas = ReplicaService(context, config.max_batch_keys)
         self._removals = RemovalService(context, self._remove_locked)
 
     # ------------------------------------------------------------------------------------------

@@ -534,3 +534,23 @@ class ListSegmentsResponse(_message.Message):
     code: int
     segments: _containers.RepeatedCompositeFieldContainer[SegmentStatus]
     def __init__(self, code: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentStatus, _Mapping]]] = ...) -> None: ...
+
+class BatchReplicaClearRequest(_message.Message):
+    __slots__ = ("client_id", "keys", "segment_name", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    segment_name: str
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., segment_name: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class KeyListResponse(_message.Message):
+    __slots__ = ("code", "keys")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, code: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -244,6 +244,11 @@ class MasterServiceStub:
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.RemoveAllRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.CountResponse.FromString,
                 _registered_method=True)
+        self.BatchReplicaClear = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/BatchReplicaClear',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchReplicaClearRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.KeyListResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServiceServicer:
@@ -515,6 +520,14 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BatchReplicaClear(self, request, context):
+        """Drop the caller's own unleased objects (segment_name "": whole objects whose replicas are
+        all COMPLETE) or their replicas on one segment; answers the keys cleared.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -727,6 +740,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.RemoveAll,
                     request_deserializer=mooncake__py_dot___proto_dot_master__pb2.RemoveAllRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.CountResponse.SerializeToString,
+            ),
+            'BatchReplicaClear': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchReplicaClear,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchReplicaClearRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.KeyListResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1863,6 +1881,33 @@ class MasterService:
             '/mooncake_py.v1.MasterService/RemoveAll',
             mooncake__py_dot___proto_dot_master__pb2.RemoveAllRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.CountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchReplicaClear(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/BatchReplicaClear',
+            mooncake__py_dot___proto_dot_master__pb2.BatchReplicaClearRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.KeyListResponse.FromString,
             options,
             channel_credentials,
             insecure,

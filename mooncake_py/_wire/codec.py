@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mooncake_py._proto import master_pb2 as pb
+from mooncake_py.errors import ErrorCode, InvalidParamsError
 from mooncake_py.types import (
     ClientStatus,
     KvSessionInfo,
@@ -35,6 +36,9 @@ from mooncake_py.types import (
 _RELEASE_FIELDS = tuple(f.name for f in dataclasses.fields(ReleaseResult))
 _SEGMENT_FIELDS = tuple(f.name for f in dataclasses.fields(SegmentInfo))
 
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
 # -- shared types ----------------------------------------------------------------------------
 
 
@@ -44,7 +48,18 @@ def encode_config(config: ReplicateConfig) -> pb.ReplicateConfig:
     ``kv_sessions`` is not part of the message: tagged writes carry it in their own request
     fields (see :mod:`mooncake_py._wire.rpcs`). ``group_ids=None`` and ``[]`` both encode as no
     entries; ``soft_pin_ttl_ms=None`` leaves the optional field unset.
+
+    Raises:
+        InvalidParamsError: ``data_type`` or ``soft_pin_action`` does not fit the message's
+            32-bit field (protobuf would raise a bare ValueError mid-call instead).
     """
+    data_type, soft_pin_action = int(config.data_type), int(config.soft_pin_action)
+    if not (_INT32_MIN <= data_type <= _INT32_MAX and _INT32_MIN <= soft_pin_action <= _INT32_MAX):
+        raise InvalidParamsError(
+            ErrorCode.INVALID_PARAMS,
+            f"ReplicateConfig data_type {data_type} / soft_pin_action {soft_pin_action}: "
+            "out of the 32-bit range",
+        )
     message = pb.ReplicateConfig(
         # The field is 32-bit; anything larger is as invalid to the master as 2**32 - 1.
         replica_num=min(config.replica_num, 0xFFFFFFFF),
@@ -52,10 +67,10 @@ def encode_config(config: ReplicateConfig) -> pb.ReplicateConfig:
         preferred_segments=config.preferred_segments,
         preferred_segment=config.preferred_segment,
         prefer_alloc_in_same_node=config.prefer_alloc_in_same_node,
-        data_type=int(config.data_type),
+        data_type=data_type,
         host_id=config.host_id,
         group_ids=config.group_ids or (),
-        soft_pin_action=int(config.soft_pin_action),
+        soft_pin_action=soft_pin_action,
     )
     if config.soft_pin_ttl_ms is not None:
         message.soft_pin_ttl_ms = config.soft_pin_ttl_ms
@@ -207,6 +222,17 @@ def encode_code_and_count(answer: tuple[int, int]) -> pb.CountResponse:
     """``(code, count)`` (RemoveByRegex) to a CountResponse."""
     code, count = answer
     return pb.CountResponse(code=int(code), count=count)
+
+
+def encode_key_list(answer: tuple[int, Sequence[str]]) -> pb.KeyListResponse:
+    """``(code, keys)`` (BatchReplicaClear) to a KeyListResponse."""
+    code, keys = answer
+    return pb.KeyListResponse(code=int(code), keys=keys)
+
+
+def decode_key_list(message: pb.KeyListResponse) -> tuple[int, list[str]]:
+    """A KeyListResponse to ``(code, keys)``."""
+    return int(message.code), list(message.keys)
 
 
 def decode_count(message: pb.CountResponse) -> int:
@@ -392,8 +418,14 @@ def decode_release(message: pb.ReleaseResponse) -> tuple[int, ReleaseResult]:
 
 
 def encode_stats(values: Mapping[str, int]) -> pb.StatsResponse:
-    """Store-wide counts and bytes to a successful StatsResponse."""
-    return pb.StatsResponse(code=0, values=values)
+    """Store-wide counts and bytes to a successful StatsResponse.
+
+    The values are int64 on the wire; a sum beyond (segments whose sizes add up past 2**63)
+    saturates at the int64 bounds instead of failing the whole answer.
+    """
+    return pb.StatsResponse(
+        code=0, values={k: min(max(v, _INT64_MIN), _INT64_MAX) for k, v in values.items()}
+    )
 
 
 def decode_stats(message: pb.StatsResponse) -> dict[str, int]:

@@ -338,6 +338,7 @@ SEGMENT_USAGE = Result(
 )
 COUNT = Result(pb.CountResponse, codec.encode_count, codec.decode_count)
 CODE_AND_COUNT = Result(pb.CountResponse, codec.encode_code_and_count, codec.decode_count)
+KEY_LIST = Result(pb.KeyListResponse, codec.encode_key_list, codec.decode_key_list)
 
 CONFIG = Field("config", codec.decode_config, codec.encode_config)
 PUT = Fields("client_id", "tenant_id", "key", "value_length", CONFIG)
@@ -561,6 +562,13 @@ _ENTRIES = (
         sliced=True,
     ),
     Rpc("RemoveAll", "service.remove_all_sliced", Fields("tenant_id", "force"), COUNT, sliced=True),
+    Rpc(
+        "BatchReplicaClear",
+        "service.replicas.batch_replica_clear_sliced",
+        Fields("client_id", "tenant_id", "keys", "segment_name"),
+        KEY_LIST,
+        sliced=True,
+    ),
 )
 
 

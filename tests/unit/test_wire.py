@@ -276,6 +276,7 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "BatchRemove": ("tenant", ["a"], False),
     "RemoveByRegex": ("tenant", "^a", True),
     "RemoveAll": ("tenant", False),
+    "BatchReplicaClear": ("c", "tenant", ["a", "b"], "seg"),
 }
 
 
@@ -321,6 +322,7 @@ def test_wrong_argument_counts_are_refused() -> None:
         ("GetKvSession", ("t", "s"), (INTERNAL, None)),
         ("ReleaseKvCache", ("t", True), (INTERNAL, ReleaseResult())),
         ("RemoveAll", ("t", True), INTERNAL),
+        ("BatchReplicaClear", ("c", "t", ["a"], ""), (INTERNAL, [])),
         ("BatchExistKey", ("t", ["a", "b", "c"], "c"), [INTERNAL] * 3),
         ("BatchRemove", ("t", [], True), []),
         ("AttachKvSession", ("t", "s", ["a", "b"]), [INTERNAL] * 2),
