@@ -203,8 +203,8 @@ class QueryCalls:
         names = list(keys)
         if not all(isinstance(k, str) for k in names):
             raise invalid_params("keys must be strings")
-        code, cleared = core.master.call(
-            "BatchReplicaClear", core.client_id, core.tenant, names, segment_name
+        code, cleared = core.master.batch_replica_clear(
+            core.client_id, core.tenant, names, segment_name
         )
         raise_for(code)
         return list(cleared)

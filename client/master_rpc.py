@@ -500,3 +500,9 @@ class MasterClient:
     def remove_all(self, tenant: str, force: bool) -> int:
         """RemoveAll: the count removed."""
         return self.call("RemoveAll", tenant, force)
+
+    def batch_replica_clear(
+        self, client_id: str, tenant: str, keys: Sequence[str], segment_name: str
+    ) -> tuple[int, list[str]]:
+        """BatchReplicaClear: ``(code, keys cleared)``."""
+        return self.call("BatchReplicaClear", client_id, tenant, keys, segment_name)
