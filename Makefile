@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint proto bench bench-quick compare clean
+.PHONY: setup run test lint proto bench bench-quick compare fuzz soak clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -39,6 +39,19 @@ bench-quick: $(STAMP)
 # ratio table between two benchmark result files: make compare A=old.json B=new.json
 compare: $(STAMP)
 	$(PY) -m tests.bench.store_bench compare $(A) $(B)
+
+# Property-based fuzz, large: make fuzz FUZZ_EXAMPLES=20000 FUZZ_SEED=7 (prints calls, findings)
+FUZZ_EXAMPLES ?= 10000
+FUZZ_SEED ?= 0
+fuzz: $(STAMP)
+	MOONCAKE_PY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MOONCAKE_PY_FUZZ_SEED=$(FUZZ_SEED) \
+		$(PY) -m pytest -q -p no:cacheprovider --timeout 0 -rxX tests/fuzz
+
+# Client processes against a master process, content-hashed, with master RSS sampled:
+# make soak SOAK_ARGS="--clients 4 --minutes 10"
+SOAK_ARGS ?= --clients 4 --minutes 10
+soak: $(STAMP)
+	$(PY) -m tests.soak.run $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
