@@ -551,7 +551,13 @@ class Client(QueryCalls, KvSessionCalls):
 
 def _resolved(config: ReplicateConfig, count: int) -> ReplicateConfig | None:
     """``config`` for a write of ``count`` keys with ``session_ids`` folded into
-    ``kv_sessions`` (what the core sends); None when either list has the wrong length."""
+    ``kv_sessions`` (what the core sends); None when either list has the wrong length.
+
+    Raises:
+        TypeError: ``config`` is no :class:`ReplicateConfig` (as upstream's binding does).
+    """
+    if not isinstance(config, ReplicateConfig):
+        raise TypeError(f"config must be a ReplicateConfig, not {type(config).__name__}")
     if config.session_ids is None:
         tags = config.kv_sessions
         return config if tags is None or len(tags) == count else None

@@ -32,6 +32,7 @@ from mooncake_py._wire.rpcs import RPCS, Rpc, new_stub
 from mooncake_py.errors import (
     AuthenticationError,
     ErrorCode,
+    InvalidParamsError,
     MasterUnavailableError,
     PermissionDeniedError,
 )
@@ -160,12 +161,14 @@ class MasterClient:
 
         Raises:
             KeyError: no such RPC.
-            TypeError, ValueError: the wrong number of arguments.
+            TypeError: the wrong number of arguments.
+            InvalidParamsError: an argument the request cannot carry (a string that is not
+                valid UTF-8, such as one with a lone surrogate; an int beyond its field).
             AuthenticationError, PermissionDeniedError: the master refused the token.
             MasterUnavailableError: the call failed in transport (RPC_FAIL, RPC_TIMEOUT).
         """
         rpc = RPCS[name]
-        return rpc.result.decode(self._send(rpc, rpc.args.encode(*args)))
+        return rpc.result.decode(self._send(rpc, _encode(rpc, args)))
 
     def send_one_way(self, name: str, *args: Any) -> None:
         """Send the RPC ``name`` without waiting for (or ever reading) its answer.
@@ -180,7 +183,7 @@ class MasterClient:
             TypeError, ValueError: the wrong number of arguments.
         """
         rpc = RPCS[name]
-        request = rpc.args.encode(*args)
+        request = _encode(rpc, args)
         stream = self._stream
         if stream is not None:
             try:
@@ -506,3 +509,22 @@ class MasterClient:
     ) -> tuple[int, list[str]]:
         """BatchReplicaClear: ``(code, keys cleared)``."""
         return self.call("BatchReplicaClear", client_id, tenant, keys, segment_name)
+
+
+def _encode(rpc: Rpc, args: Sequence[Any]) -> Any:
+    """The request message of ``rpc`` for ``args``.
+
+    Raises:
+        TypeError: the wrong number of arguments.
+        InvalidParamsError: a value protobuf cannot carry (invalid UTF-8, an int beyond its
+            field's range), which protobuf reports as a bare ValueError.
+    """
+    try:
+        return rpc.args.encode(*args)
+    except UnicodeEncodeError as exc:
+        raise InvalidParamsError(ErrorCode.INVALID_PARAMS, f"{rpc.name}: {exc}") from exc
+    except ValueError as exc:
+        if isinstance(exc, InvalidParamsError):
+            raise
+        raise InvalidParamsError(ErrorCode.INVALID_PARAMS, f"{rpc.name}: {exc}") from exc
+

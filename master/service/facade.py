@@ -62,6 +62,18 @@ from .slices import SliceTimer, Steps, drive, map_in_slices
 from .writes import WritePath
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
+
+
+def valid_endpoint(endpoint: str) -> bool:
+    """Whether a segment's transfer endpoint is ``host:port`` (port 1-65535, host without
+    spaces or control characters; IPv6 in brackets): every client that writes to the segment
+    connects there, so a malformed one would fail them all. O(len(endpoint))."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isascii() or not port.isdigit():
+        return False
+    if not 0 < int(port) < 65536:
+        return False
+    return host.isprintable() and " " not in host
 MAX_REPLICA_NUM = 64
 # A value can be no larger than a segment; this bound only rejects nonsense early.
 MAX_VALUE_BYTES = 1 << 50
@@ -206,7 +218,7 @@ class MasterService:
     def _validate_segment(self, client_id: str, segment: SegmentInfo) -> ErrorCode:
         if not client_id or not segment.id or not segment.name:
             return ErrorCode.INVALID_PARAMS
-        if segment.base <= 0 or segment.size <= 0:
+        if segment.base <= 0 or segment.size <= 0 or not valid_endpoint(segment.te_endpoint):
             return ErrorCode.INVALID_PARAMS
         existing = self._segments.get(segment.id)
         if existing is not None and existing.client_id != client_id:

@@ -32,22 +32,7 @@ LARGE = EXAMPLES > 0
 
 # Signature fragment -> the bug it names. Findings whose signature contains one of these are
 # expected (their reproducers are xfail(strict=True) tests) and do not fail the suite.
-KNOWN_BUGS: dict[str, str] = {
-    "config-not-a-ReplicateConfig:AttributeError": (
-        "a write's config that is no ReplicateConfig raises AttributeError, not TypeError"
-    ),
-    "lone-surrogate-reaches-protobuf:UnicodeEncodeError": (
-        "a session id, cursor, regex or session key with a lone surrogate escapes as "
-        "UnicodeEncodeError instead of INVALID_PARAMS"
-    ),
-    "malformed-te-endpoint:ValueError": (
-        "the master mounts a segment whose te_endpoint is no host:port; a write placed there "
-        "raises ValueError from the transfer client instead of answering TRANSFER_FAIL"
-    ),
-    "int-out-of-field-range-reaches-protobuf:ValueError": (
-        "an int beyond its protobuf field (max_idle_ms >= 2**64) escapes as a bare ValueError"
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 F = TypeVar("F", bound=Callable[..., Any])
 

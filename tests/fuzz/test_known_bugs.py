@@ -16,25 +16,14 @@ from mooncake_py import ErrorCode, InvalidParamsError, MooncakeError, ReplicateC
 from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.testing import InProcessMaster
 from mooncake_py.types import SegmentInfo
-from tests.fuzz.common import KNOWN_BUGS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason=KNOWN_BUGS["config-not-a-ReplicateConfig:AttributeError"],
-)
 def test_a_config_of_the_wrong_type_raises_type_error(master: InProcessMaster, make_store) -> None:  # type: ignore[no-untyped-def]
     store = make_store(master.address, 4 << 20)
     with pytest.raises(TypeError):
         store.put("k", b"value", 3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeEncodeError,
-    reason=KNOWN_BUGS["lone-surrogate-reaches-protobuf:UnicodeEncodeError"],
-)
 def test_a_session_id_with_a_lone_surrogate_is_invalid_params(
     master: InProcessMaster,
     make_store,  # type: ignore[no-untyped-def]
@@ -44,11 +33,6 @@ def test_a_session_id_with_a_lone_surrogate_is_invalid_params(
         store.client.pin_kv_session("\udcff")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason=KNOWN_BUGS["int-out-of-field-range-reaches-protobuf:ValueError"],
-)
 def test_an_idle_bound_beyond_64_bits_is_refused_as_documented(
     master: InProcessMaster,
     make_store,  # type: ignore[no-untyped-def]
@@ -58,9 +42,6 @@ def test_an_idle_bound_beyond_64_bits_is_refused_as_documented(
         store.client.release_stale_kv_sessions(2**64)
 
 
-@pytest.mark.xfail(
-    strict=True, raises=ValueError, reason=KNOWN_BUGS["malformed-te-endpoint:ValueError"]
-)
 def test_a_segment_with_a_malformed_endpoint_fails_writes_with_a_code(
     master: InProcessMaster,
     make_store,  # type: ignore[no-untyped-def]
