@@ -527,4 +527,3 @@ def _encode(rpc: Rpc, args: Sequence[Any]) -> Any:
         if isinstance(exc, InvalidParamsError):
             raise
         raise InvalidParamsError(ErrorCode.INVALID_PARAMS, f"{rpc.name}: {exc}") from exc
-
