@@ -1,13 +1,16 @@
 """The TCP transfer service: moves replica bytes between clients on different hosts.
 
-Framing (little-endian, fixed size, one request per header):
+This module is the client side (:class:`TransferClient`) and re-exports the server
+(:class:`TransferServer`, :mod:`mooncake_py.client.transfer_server`) and the wire format
+(:mod:`mooncake_py.client.transfer_framing`: one fixed-size header per request and per
+answer, answered in order).
 
-    request  = magic "MCPY" | op u8 | 3 pad | offset u64 | length u64 | segment uuid (16 bytes)
-               [+ length payload bytes when op == WRITE]
-    response = magic "MCPR" | op u8 | 3 pad | status i32 | length u64
-               [+ length payload bytes when op == READ and status == 0]
-
-``status`` is 0 or a negative ErrorCode. Requests on one connection are answered in order.
+Socket buffers. Every transfer socket, the client's connections and the server's accepted
+ones alike, requests SO_SNDBUF and SO_RCVBUF of ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` bytes (read
+once per process; a size such as ``212992`` or ``256kb``; ``0`` leaves both to the kernel;
+unset: ``SOCKET_BUFFER_BYTES``, 4 MiB, which the kernel caps at ``net.core.wmem_max`` /
+``rmem_max``). An explicit ``socket_buffers`` argument wins over the variable. Details in
+:mod:`mooncake_py.client.transfer_framing`.
 
 Flow control. A client pipelines a batch on one connection but keeps at most
 ``MAX_INFLIGHT_OPS`` requests, and ``MAX_INFLIGHT_BYTES`` of request plus response payload,
@@ -20,14 +23,9 @@ Timeouts scale with progress: an exchange fails once no byte has moved either wa
 ``STALL_TIMEOUT_S``, however long the whole transfer has been running. ``sendall`` is not used,
 since its timeout bounds the whole call; every send and receive is a single system call.
 
-Copies. Large payloads go straight between the socket and their final place (the segment
-mapping on the server, the caller's buffer on the client). Headers and small READ answers are
-received in chunks into a staging buffer and copied out, which saves a system call per op.
-
-Server resources. At most ``max_connections`` connections are served at once, one thread each;
-when that many are open, the connection idle the longest is closed to make room, and if none
-is idle the new connection waits in the accept backlog. A connection with no request for
-``idle_timeout_s`` is closed.
+Copies. Large READ answers go straight from the socket into the caller's buffer. Headers and
+small READ answers are received in chunks into a staging buffer and copied out, which saves a
+system call per op.
 
 Retries. A client connection idle in its pool may have been closed by the server. Before
 reuse, a pooled connection is checked (a non-blocking peek must find no EOF) and one idle for
@@ -38,314 +36,77 @@ READ only refills the caller's buffer (untouched so far, since no answer byte ar
 WRITE only stores the same bytes again at the same offsets of a range the caller still has
 reserved. Nothing else is retried.
 
-A request naming an unknown segment or a range outside it is answered with INVALID_PARAMS; for a
-WRITE the connection is then closed, since its payload cannot be trusted.
+A WRITE the server rejects (unknown segment, range outside it) ends the connection there: the
+rejected op gets the server's code and every later op of the call TRANSFER_FAIL.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import select
 import socket
-import struct
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mooncake_py.errors import ErrorCode, TransferError
 
+from .transfer_framing import (
+    FROM_ENV,
+    MAX_IOV,
+    OP_READ,
+    OP_WRITE,
+    REQUEST,
+    REQUEST_MAGIC,
+    RESPONSE,
+    RESPONSE_MAGIC,
+    SOCKET_BUFFER_BYTES,
+    STAGING_BYTES,
+    STALL_TIMEOUT_S,
+    BufferChoice,
+    SocketBuffers,
+    advance,
+    recv_exactly,
+    resolve_buffers,
+    send_buffers,
+    tune,
+)
+from .transfer_server import MAX_CONNECTIONS, SERVER_IDLE_TIMEOUT_S, SegmentLookup, TransferServer
+
+__all__ = [
+    "FROM_ENV",
+    "MAX_CONNECTIONS",
+    "OP_READ",
+    "OP_WRITE",
+    "REQUEST",
+    "REQUEST_MAGIC",
+    "RESPONSE",
+    "RESPONSE_MAGIC",
+    "SERVER_IDLE_TIMEOUT_S",
+    "SOCKET_BUFFER_BYTES",
+    "STALL_TIMEOUT_S",
+    "SegmentLookup",
+    "SocketBuffers",
+    "TransferClient",
+    "TransferOp",
+    "TransferServer",
+    "recv_exactly",
+    "send_buffers",
+]
+
 log = logging.getLogger(__name__)
 
-REQUEST = struct.Struct("<4sB3xQQ16s")
-RESPONSE = struct.Struct("<4sB3xiQ")
-REQUEST_MAGIC = b"MCPY"
-RESPONSE_MAGIC = b"MCPR"
-OP_READ = 1
-OP_WRITE = 2
-SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 CONNECT_TIMEOUT_S = 5.0
-STALL_TIMEOUT_S = 5.0
-"""An exchange (either end) fails once no byte has moved for this long."""
 MAX_INFLIGHT_OPS = 1024
 MAX_INFLIGHT_BYTES = 32 * 1024 * 1024
-SERVER_IDLE_TIMEOUT_S = 60.0
-"""A server connection with no request for this long is closed."""
 POOL_IDLE_S = 30.0
 """A pooled client connection idle for longer than this is dropped rather than reused."""
-MAX_CONNECTIONS = 256
-"""Connections (and threads) a TransferServer serves at once."""
 
-_STAGING_BYTES = 256 * 1024
 _DIRECT_BYTES = 64 * 1024  # payloads at least this large bypass the staging buffer
-_MAX_IOV = 512
-_FLUSH_BYTES = 1024 * 1024
-
-SocketBuffers = tuple[int, int] | None
-"""(SO_SNDBUF, SO_RCVBUF) to request on transfer sockets, or None to leave the kernel's."""
-
-
-def _tune(sock: socket.socket, buffers: SocketBuffers = (SOCKET_BUFFER_BYTES,) * 2) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if buffers is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers[0])
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffers[1])
-
-
-def recv_exactly(sock: socket.socket, view: memoryview) -> None:
-    """Fill ``view`` from ``sock`` (its timeout applies to each receive, not the whole view).
-
-    Raises:
-        ConnectionError: the peer closed the connection first.
-    """
-    received = 0
-    total = len(view)
-    while received < total:
-        n = sock.recv_into(view[received:], total - received)
-        if n == 0:
-            raise ConnectionError("connection closed by peer")
-        received += n
-
-
-def send_buffers(sock: socket.socket, buffers: list[memoryview]) -> None:
-    """Send every buffer in order, ``_MAX_IOV`` at a time; the socket's timeout applies to each
-    system call, so a slow but moving peer never times out (unlike ``sendall``)."""
-    pending = deque(buffers)
-    while pending:
-        iov = [pending[i] for i in range(min(len(pending), _MAX_IOV))]
-        sent = sock.sendmsg(iov)
-        _advance(pending, sent)
-
-
-def _advance(pending: deque[memoryview], sent: int) -> None:
-    """Drop ``sent`` bytes from the front of ``pending`` (and any empty buffers there)."""
-    while pending:
-        head = pending[0]
-        if sent >= len(head):
-            sent -= len(head)
-            pending.popleft()
-        else:
-            pending[0] = head[sent:]
-            return
-
-
-# ---------------------------------------------------------------------------------------------
-# Server
-
-
-SegmentLookup = Callable[[bytes], memoryview | None]
-"""Maps a segment uuid (16 bytes) to a writable view of that segment, or None if unknown."""
-
-
-class _Conn:
-    __slots__ = ("sock", "idle_since")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.idle_since: float | None = time.monotonic()
-
-
-class TransferServer:
-    """Serves this client's segments over TCP; one thread per connection, at most
-    ``max_connections`` of them.
-
-    Args:
-        host: address to listen on (a loopback or interface address, never a wildcard by
-            default).
-        lookup: finds a segment's memory by uuid.
-        port: 0 picks a free port.
-        socket_buffers: (SO_SNDBUF, SO_RCVBUF) for accepted sockets, None for the kernel's.
-        idle_timeout_s: a connection with no request for this long is closed.
-        max_connections: connections served at once (see the module docstring).
-    """
-
-    def __init__(
-        self,
-        host: str,
-        lookup: SegmentLookup,
-        port: int = 0,
-        *,
-        socket_buffers: SocketBuffers = (SOCKET_BUFFER_BYTES, SOCKET_BUFFER_BYTES),
-        idle_timeout_s: float = SERVER_IDLE_TIMEOUT_S,
-        max_connections: int = MAX_CONNECTIONS,
-    ) -> None:
-        self._lookup = lookup
-        self._buffers = socket_buffers
-        self._idle_timeout_s = idle_timeout_s
-        self._slots = threading.Semaphore(max_connections)
-        self._listener = socket.create_server((host, port), reuse_port=False)
-        self._listener.listen(128)
-        self.host = host
-        self.port = self._listener.getsockname()[1]
-        self._closed = threading.Event()
-        self._connections: set[_Conn] = set()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(
-            target=self._accept_loop, name="mooncake-transfer-accept", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        """``host:port`` that peers dial."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def connection_count(self) -> int:
-        """Connections being served now."""
-        with self._lock:
-            return len(self._connections)
-
-    def _accept_loop(self) -> None:
-        while not self._closed.is_set():
-            if not self._slots.acquire(timeout=0.05):
-                if self._closed.is_set():
-                    return
-                with contextlib.suppress(OSError, ValueError):
-                    if select.select([self._listener], [], [], 0)[0]:  # someone is waiting
-                        self._evict_idle()
-                continue
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                self._slots.release()
-                return
-            _tune(sock, self._buffers)
-            sock.settimeout(min(STALL_TIMEOUT_S, self._idle_timeout_s))
-            conn = _Conn(sock)
-            with self._lock:
-                self._connections.add(conn)
-            threading.Thread(
-                target=self._serve, args=(conn,), name="mooncake-transfer-conn", daemon=True
-            ).start()
-
-    def _evict_idle(self) -> None:
-        """At capacity: close the connection idle the longest, if any is idle."""
-        with self._lock:
-            idle = [c for c in self._connections if c.idle_since is not None]
-        if idle:
-            victim = min(idle, key=lambda c: c.idle_since or 0.0)
-            with contextlib.suppress(OSError):
-                victim.sock.shutdown(socket.SHUT_RDWR)
-
-    def _serve(self, conn: _Conn) -> None:
-        sock = conn.sock
-        staging = bytearray(_STAGING_BYTES)
-        view = memoryview(staging)
-        start = end = 0  # unparsed bytes are staging[start:end]
-        out: list[memoryview] = []
-        out_bytes = 0
-        out_reads = False  # READ answers in ``out`` still reference segment memory
-        try:
-            while True:
-                # One request header, from staging or the socket.
-                while end - start < REQUEST.size:
-                    if out:  # answer everything before waiting for more
-                        send_buffers(sock, out)
-                        out, out_bytes, out_reads = [], 0, False
-                    if start == end:
-                        start = end = 0
-                        conn.idle_since = time.monotonic()
-                    elif start > _STAGING_BYTES - REQUEST.size:
-                        staging[: end - start] = staging[start:end]
-                        start, end = 0, end - start
-                    n = self._recv_header_bytes(conn, view[end:])
-                    if n == 0:
-                        return
-                    conn.idle_since = None
-                    end += n
-                magic, op, offset, length, segment_uuid = REQUEST.unpack_from(staging, start)
-                start += REQUEST.size
-                if magic != REQUEST_MAGIC or op not in (OP_READ, OP_WRITE):
-                    out.append(
-                        memoryview(
-                            RESPONSE.pack(
-                                RESPONSE_MAGIC, op & 0xFF, int(ErrorCode.INVALID_PARAMS), 0
-                            )
-                        )
-                    )
-                    send_buffers(sock, out)
-                    return
-                segment = self._lookup(segment_uuid)
-                if segment is None or offset + length > len(segment):
-                    out.append(
-                        memoryview(
-                            RESPONSE.pack(RESPONSE_MAGIC, op, int(ErrorCode.INVALID_PARAMS), 0)
-                        )
-                    )
-                    out_bytes += RESPONSE.size
-                    if op == OP_WRITE:
-                        send_buffers(sock, out)
-                        return
-                else:
-                    target = segment[offset : offset + length]
-                    if op == OP_READ:
-                        out.append(memoryview(RESPONSE.pack(RESPONSE_MAGIC, op, 0, length)))
-                        if length:
-                            out.append(target)
-                        out_bytes += RESPONSE.size + length
-                        out_reads = True
-                    else:
-                        if out_reads:  # answer earlier READs before this WRITE lands
-                            send_buffers(sock, out)
-                            out, out_bytes, out_reads = [], 0, False
-                        have = min(end - start, length)
-                        target[:have] = view[start : start + have]
-                        start += have
-                        if have < length:
-                            recv_exactly(sock, target[have:])
-                        out.append(memoryview(RESPONSE.pack(RESPONSE_MAGIC, op, 0, length)))
-                        out_bytes += RESPONSE.size
-                if out_bytes >= _FLUSH_BYTES or len(out) >= _MAX_IOV:
-                    send_buffers(sock, out)
-                    out, out_bytes, out_reads = [], 0, False
-        except (OSError, ConnectionError) as exc:
-            log.debug("transfer connection ended: %s", exc)
-        finally:
-            with self._lock:
-                self._connections.discard(conn)
-            sock.close()
-            self._slots.release()
-
-    def _recv_header_bytes(self, conn: _Conn, into: memoryview) -> int:
-        """Receive some bytes of a header; 0 when the connection should end (EOF, idle for
-        ``idle_timeout_s`` or, mid-header, stalled for ``STALL_TIMEOUT_S``)."""
-        waiting_since = time.monotonic()
-        while True:
-            try:
-                return conn.sock.recv_into(into)
-            except TimeoutError:
-                now = time.monotonic()
-                if self._closed.is_set():
-                    return 0
-                if conn.idle_since is None:  # mid-header: a stall
-                    if now - waiting_since >= STALL_TIMEOUT_S:
-                        return 0
-                elif now - conn.idle_since >= self._idle_timeout_s:
-                    log.debug("closing idle transfer connection")
-                    return 0
-
-    def close(self) -> None:
-        """Stop accepting and close every connection."""
-        self._closed.set()
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.sock.shutdown(socket.SHUT_RDWR)
-        self._thread.join(timeout=2)
-
-
-# ---------------------------------------------------------------------------------------------
-# Client
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +138,7 @@ class _Exchange:
         pending: deque[memoryview] = deque()  # request bytes queued, not yet sent
         next_send = 0  # ops[:next_send] are queued
         inflight_bytes = 0
-        staging = bytearray(_STAGING_BYTES)
+        staging = bytearray(STAGING_BYTES)
         view = memoryview(staging)
         start = end = 0
         payload: memoryview | None = None  # the READ answer being received
@@ -410,11 +171,11 @@ class _Exchange:
             progressed = False
             if pending:
                 try:
-                    sent = sock.sendmsg([pending[i] for i in range(min(len(pending), _MAX_IOV))])
+                    sent = sock.sendmsg([pending[i] for i in range(min(len(pending), MAX_IOV))])
                 except (BlockingIOError, InterruptedError):
                     sent = 0
                 if sent:
-                    _advance(pending, sent)
+                    advance(pending, sent)
                     progressed = True
             # Receive answers.
             try:
@@ -426,7 +187,7 @@ class _Exchange:
                 else:
                     if start == end:
                         start = end = 0
-                    elif end == _STAGING_BYTES:
+                    elif end == STAGING_BYTES:
                         staging[: end - start] = staging[start:end]
                         start, end = 0, end - start
                     n = sock.recv_into(view[end:])
@@ -492,13 +253,15 @@ class TransferClient:
     the call completed cleanly, so a connection is never shared mid-exchange.
 
     Args:
-        socket_buffers: (SO_SNDBUF, SO_RCVBUF) for new sockets, None for the kernel's.
+        socket_buffers: (SO_SNDBUF, SO_RCVBUF) for new sockets, None for the kernel's; by
+            default what ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` asks for (4 MiB when unset).
+
+    Raises:
+        ConfigError: by default, when ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` is not a size.
     """
 
-    def __init__(
-        self, *, socket_buffers: SocketBuffers = (SOCKET_BUFFER_BYTES, SOCKET_BUFFER_BYTES)
-    ) -> None:
-        self._buffers = socket_buffers
+    def __init__(self, *, socket_buffers: BufferChoice = FROM_ENV) -> None:
+        self._buffers = resolve_buffers(socket_buffers)
         self._lock = threading.Lock()
         self._idle: dict[str, list[tuple[socket.socket, float]]] = {}
         self._closed = False
@@ -515,7 +278,7 @@ class TransferClient:
         """
         try:
             conn, reused = self._take(endpoint)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: an endpoint that is no host:port
             raise TransferError(
                 ErrorCode.TRANSFER_FAIL, f"cannot connect to {endpoint}: {exc}"
             ) from exc
@@ -541,7 +304,7 @@ class TransferClient:
     def _run_fresh(self, endpoint: str, ops: Sequence[TransferOp]) -> list[int]:
         try:
             conn = self._connect(endpoint)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise TransferError(
                 ErrorCode.TRANSFER_FAIL, f"cannot connect to {endpoint}: {exc}"
             ) from exc
@@ -566,7 +329,7 @@ class TransferClient:
     def _connect(self, endpoint: str) -> socket.socket:
         host, _, port = endpoint.rpartition(":")
         conn = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
-        _tune(conn, self._buffers)
+        tune(conn, self._buffers)
         conn.setblocking(False)
         return conn
 

@@ -33,6 +33,7 @@ from mooncake_py.client.transfer import (
     TransferServer,
 )
 from mooncake_py.errors import TransferError
+from mooncake_py.testing import wait_until
 
 # net.core.wmem_max / rmem_max on a stock Linux: the 4 MiB the store asks for is capped to this.
 LINUX_DEFAULT_BUFFERS = (212992, 212992)
@@ -164,6 +165,12 @@ def test_peer_stopping_mid_answer_fails_within_the_stall_timeout(
         conn.close()
 
 
+def _state_of(pid: int) -> str:
+    """The process state letter of ``pid`` (``T``: stopped), from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
 def test_stopped_server_process_fails_a_read_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
     """A real TransferServer in a forked process, SIGSTOPped mid-life."""
     import signal
@@ -187,6 +194,8 @@ def test_stopped_server_process_fails_a_read_quickly(monkeypatch: pytest.MonkeyP
         buffer = memoryview(bytearray(4096))
         assert client.run(endpoint, [TransferOp(OP_READ, segment.id, 0, buffer)]) == [0]
         os.kill(pid, signal.SIGSTOP)
+        # The signal lands asynchronously: wait until the kernel reports the process stopped.
+        wait_until(lambda: _state_of(pid) == "T", 5.0, what="the server process stopped")
         began = time.monotonic()
         with pytest.raises(TransferError):
             client.run(endpoint, [TransferOp(OP_READ, segment.id, 0, buffer)])

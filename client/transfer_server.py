@@ -1,0 +1,308 @@
+"""The TCP transfer service's server: serves this client's segments to its peers.
+
+Wire format: :mod:`mooncake_py.client.transfer_framing`; the client side and its flow control:
+:mod:`mooncake_py.client.transfer`.
+
+Resources. At most ``max_connections`` connections are served at once, one thread each; when
+that many are open and another is waiting, the connection idle the longest is closed to make
+room at once (one eviction per newcomer), and if none is idle the newcomer waits in the accept
+backlog (1024 deep, or the kernel's ``somaxconn`` if lower). A connection's staging buffer
+(``STAGING_BYTES``) is allocated only once its first byte arrives, so connections that never
+send cost a thread and a socket, nothing more. A connection with no request for
+``idle_timeout_s`` is closed, and one stalled mid-request (or mid-answer) for
+``STALL_TIMEOUT_S``.
+
+Answers are batched: a connection answers everything it has parsed before it waits for more
+bytes, and at least every ``_FLUSH_BYTES`` of answers, so a client that pipelines requests
+gets answers while it is still sending. Large WRITE payloads are received straight into the
+segment mapping; READ answers are sent straight from it.
+
+A request naming an unknown segment or a range outside it is answered with INVALID_PARAMS; for
+a WRITE the connection is then closed, since its payload cannot be trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from mooncake_py.errors import ErrorCode
+
+from .transfer_framing import (
+    FROM_ENV,
+    MAX_IOV,
+    OP_READ,
+    OP_WRITE,
+    REQUEST,
+    REQUEST_MAGIC,
+    RESPONSE,
+    RESPONSE_MAGIC,
+    STAGING_BYTES,
+    STALL_TIMEOUT_S,
+    BufferChoice,
+    recv_exactly,
+    resolve_buffers,
+    send_buffers,
+    tune,
+)
+
+log = logging.getLogger(__name__)
+
+SERVER_IDLE_TIMEOUT_S = 60.0
+"""A server connection with no request for this long is closed."""
+MAX_CONNECTIONS = 256
+"""Connections (and threads) a TransferServer serves at once."""
+
+_FLUSH_BYTES = 1024 * 1024
+
+
+SegmentLookup = Callable[[bytes], memoryview | None]
+"""Maps a segment uuid (16 bytes) to a writable view of that segment, or None if unknown."""
+
+
+class _Conn:
+    __slots__ = ("sock", "idle_since", "served_ops", "served_bytes")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.idle_since: float | None = time.monotonic()
+        # Written only by the connection's own thread; summed under the server's lock.
+        self.served_ops = 0
+        self.served_bytes = 0
+
+
+class TransferServer:
+    """Serves this client's segments over TCP; one thread per connection, at most
+    ``max_connections`` of them.
+
+    Args:
+        host: address to listen on (a loopback or interface address, never a wildcard by
+            default).
+        lookup: finds a segment's memory by uuid.
+        port: 0 picks a free port.
+        socket_buffers: (SO_SNDBUF, SO_RCVBUF) for accepted sockets, None for the kernel's;
+            by default what ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` asks for (4 MiB when unset).
+        idle_timeout_s: a connection with no request for this long is closed.
+        max_connections: connections served at once (see the module docstring).
+
+    Raises:
+        OSError: the address could not be bound.
+        ConfigError: by default, when ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` is not a size.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        lookup: SegmentLookup,
+        port: int = 0,
+        *,
+        socket_buffers: BufferChoice = FROM_ENV,
+        idle_timeout_s: float = SERVER_IDLE_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        self._lookup = lookup
+        self._buffers = resolve_buffers(socket_buffers)
+        self._idle_timeout_s = idle_timeout_s
+        self._slots = threading.Semaphore(max_connections)
+        self._listener = socket.create_server((host, port), reuse_port=False)
+        # Room for a burst: a full backlog drops SYNs, which costs the dialer 1 s or more.
+        self._listener.listen(1024)
+        self.host = host
+        self.port = self._listener.getsockname()[1]
+        self._closed = threading.Event()
+        self._connections: set[_Conn] = set()
+        self._ended_ops = self._ended_bytes = 0  # served by connections that have closed
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._accept_loop, name="mooncake-transfer-accept", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` that peers dial."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connection_count(self) -> int:
+        """Connections being served now."""
+        with self._lock:
+            return len(self._connections)
+
+    @property
+    def served(self) -> tuple[int, int]:
+        """``(ops, payload bytes)`` answered with success since start, READs and WRITEs alike.
+        An op is counted before its answer is sent, so a client holding an answer sees it."""
+        with self._lock:
+            ops = self._ended_ops + sum(c.served_ops for c in self._connections)
+            size = self._ended_bytes + sum(c.served_bytes for c in self._connections)
+        return ops, size
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            # Full: make room for a waiting connection first, then wait for the slot, so a
+            # flood of idle connections costs one eviction per newcomer, not one poll period.
+            if not self._slots.acquire(blocking=False):
+                with contextlib.suppress(OSError, ValueError):
+                    if select.select([self._listener], [], [], 0)[0]:  # someone is waiting
+                        self._evict_idle()
+                if not self._slots.acquire(timeout=0.05):
+                    continue
+            if self._closed.is_set():
+                self._slots.release()
+                return
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                self._slots.release()
+                return
+            tune(sock, self._buffers)
+            sock.settimeout(min(STALL_TIMEOUT_S, self._idle_timeout_s))
+            conn = _Conn(sock)
+            with self._lock:
+                self._connections.add(conn)
+            threading.Thread(
+                target=self._serve, args=(conn,), name="mooncake-transfer-conn", daemon=True
+            ).start()
+
+    def _evict_idle(self) -> None:
+        """At capacity: close the connection idle the longest, if any is idle."""
+        with self._lock:
+            idle = [c for c in self._connections if c.idle_since is not None]
+        if idle:
+            victim = min(idle, key=lambda c: c.idle_since or 0.0)
+            with contextlib.suppress(OSError):
+                victim.sock.shutdown(socket.SHUT_RDWR)
+
+    def _serve(self, conn: _Conn) -> None:
+        sock = conn.sock
+        try:
+            # A connection that never sends costs no staging buffer (idle floods stay cheap).
+            if not self._recv_header_bytes(conn, memoryview(bytearray(1)), socket.MSG_PEEK):
+                return self._end(conn)
+        except (OSError, ConnectionError) as exc:
+            log.debug("transfer connection ended: %s", exc)
+            return self._end(conn)
+        staging = bytearray(STAGING_BYTES)
+        view = memoryview(staging)
+        start = end = 0  # unparsed bytes are staging[start:end]
+        out: list[memoryview] = []
+        out_bytes = 0
+        out_reads = False  # READ answers in ``out`` still reference segment memory
+        try:
+            while True:
+                # One request header, from staging or the socket.
+                while end - start < REQUEST.size:
+                    if out:  # answer everything before waiting for more
+                        send_buffers(sock, out)
+                        out, out_bytes, out_reads = [], 0, False
+                    if start == end:
+                        start = end = 0
+                        conn.idle_since = time.monotonic()
+                    elif start > STAGING_BYTES - REQUEST.size:
+                        staging[: end - start] = staging[start:end]
+                        start, end = 0, end - start
+                    n = self._recv_header_bytes(conn, view[end:])
+                    if n == 0:
+                        return
+                    conn.idle_since = None
+                    end += n
+                magic, op, offset, length, segment_uuid = REQUEST.unpack_from(staging, start)
+                start += REQUEST.size
+                if magic != REQUEST_MAGIC or op not in (OP_READ, OP_WRITE):
+                    out.append(
+                        memoryview(
+                            RESPONSE.pack(
+                                RESPONSE_MAGIC, op & 0xFF, int(ErrorCode.INVALID_PARAMS), 0
+                            )
+                        )
+                    )
+                    send_buffers(sock, out)
+                    return
+                segment = self._lookup(segment_uuid)
+                if segment is None or offset + length > len(segment):
+                    out.append(
+                        memoryview(
+                            RESPONSE.pack(RESPONSE_MAGIC, op, int(ErrorCode.INVALID_PARAMS), 0)
+                        )
+                    )
+                    out_bytes += RESPONSE.size
+                    if op == OP_WRITE:
+                        send_buffers(sock, out)
+                        return
+                else:
+                    target = segment[offset : offset + length]
+                    if op == OP_READ:
+                        conn.served_ops += 1
+                        conn.served_bytes += length
+                        out.append(memoryview(RESPONSE.pack(RESPONSE_MAGIC, op, 0, length)))
+                        if length:
+                            out.append(target)
+                        out_bytes += RESPONSE.size + length
+                        out_reads = True
+                    else:
+                        if out_reads:  # answer earlier READs before this WRITE lands
+                            send_buffers(sock, out)
+                            out, out_bytes, out_reads = [], 0, False
+                        have = min(end - start, length)
+                        target[:have] = view[start : start + have]
+                        start += have
+                        if have < length:
+                            recv_exactly(sock, target[have:])
+                        conn.served_ops += 1
+                        conn.served_bytes += length
+                        out.append(memoryview(RESPONSE.pack(RESPONSE_MAGIC, op, 0, length)))
+                        out_bytes += RESPONSE.size
+                if out_bytes >= _FLUSH_BYTES or len(out) >= MAX_IOV:
+                    send_buffers(sock, out)
+                    out, out_bytes, out_reads = [], 0, False
+        except (OSError, ConnectionError) as exc:
+            log.debug("transfer connection ended: %s", exc)
+        finally:
+            self._end(conn)
+
+    def _end(self, conn: _Conn) -> None:
+        """Forget a connection whose thread is done with it, and free its slot."""
+        with self._lock:
+            self._connections.discard(conn)
+            self._ended_ops += conn.served_ops
+            self._ended_bytes += conn.served_bytes
+        conn.sock.close()
+        self._slots.release()
+
+    def _recv_header_bytes(self, conn: _Conn, into: memoryview, flags: int = 0) -> int:
+        """Receive some bytes of a header (``flags`` as for ``recv_into``); 0 when the
+        connection should end (EOF, idle for ``idle_timeout_s`` or, mid-header, stalled for
+        ``STALL_TIMEOUT_S``)."""
+        waiting_since = time.monotonic()
+        while True:
+            try:
+                return conn.sock.recv_into(into, 0, flags)
+            except TimeoutError:
+                now = time.monotonic()
+                if self._closed.is_set():
+                    return 0
+                if conn.idle_since is None:  # mid-header: a stall
+                    if now - waiting_since >= STALL_TIMEOUT_S:
+                        return 0
+                elif now - conn.idle_since >= self._idle_timeout_s:
+                    log.debug("closing idle transfer connection")
+                    return 0
+
+    def close(self) -> None:
+        """Stop accepting and close every connection."""
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=2)
