@@ -42,6 +42,7 @@ from mooncake_py.types import (
 from .api import Client
 from .buffer_handle import BufferHandle
 from .buffers import bytes_view, parts_views
+from .compat_ranged import RangedTransfers
 from .config import ClientConfig
 from .replica_desc import ReplicaDescriptor
 from .results import BatchResult
@@ -76,13 +77,8 @@ def _counts(codes: list[int], values: Sequence[int | None]) -> list[int]:
     return [v if c == OK and v is not None else c for c, v in zip(codes, values, strict=True)]
 
 
-class MooncakeDistributedStore:
-    """A client of a mooncake-py store; see the module docstring for conventions.
-
-    Attributes:
-        client: the typed :class:`~mooncake_py.Client` doing the work (None before ``setup``
-            and after ``close``); use it directly for exceptions and typed results.
-    """
+class _DropInStore:
+    """Every call of :class:`MooncakeDistributedStore` but the ranged transfers."""
 
     def __init__(self) -> None:
         self.client: Client | None = None
@@ -590,3 +586,15 @@ class MooncakeDistributedStore:
     def release_kv_cache(self, keep_pinned: bool = True) -> ReleaseResult:
         """Remove every KV-cache object of this tenant while other data stays resident."""
         return self._session_client().release_kv_cache(keep_pinned)
+
+
+class MooncakeDistributedStore(RangedTransfers, _DropInStore):
+    """A client of a mooncake-py store; see the module docstring for conventions.
+
+    The ranged transfers (:class:`~mooncake_py.client.compat_ranged.RangedTransfers`) come
+    first: their ``close`` ends the store's transfer sessions before the client leaves.
+
+    Attributes:
+        client: the typed :class:`~mooncake_py.Client` doing the work (None before ``setup``
+            and after ``close``); use it directly for exceptions and typed results.
+    """

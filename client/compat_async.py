@@ -18,10 +18,11 @@ from mooncake_py.types import KvSessionInfo, KvSessionPage, ReleaseResult, Repli
 from .async_api import DEFAULT_WORKERS, Offloader
 from .buffer_handle import BufferHandle
 from .compat import MooncakeDistributedStore
+from .compat_ranged import AsyncRangedTransfers
 from .replica_desc import ReplicaDescriptor
 
 
-class AsyncMooncakeStore(Offloader):
+class AsyncMooncakeStore(AsyncRangedTransfers, Offloader):
     """Asyncio twin of :class:`~mooncake_py.MooncakeDistributedStore`.
 
     Args:

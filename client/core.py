@@ -93,10 +93,12 @@ class ClientCore:
         )
         try:
             self._join()
+            # Inside: a bad transfer setting (MOONCAKE_PY_TCP_SOCKET_BUFFER) must not leave
+            # the segment mounted and the master connection open.
+            self.data = DataPlane(self.host_id, self._segment, config.force_tcp)
         except BaseException:
             self.close()
             raise
-        self.data = DataPlane(self.host_id, self._segment, config.force_tcp)
         self.heartbeat = Heartbeat(
             self.master, self.client_id, self.segments, housekeeping=self.data.prune_dead_peers
         )
