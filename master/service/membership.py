@@ -1,0 +1,186 @@
+"""Segments and liveness: mounting, remounting and withdrawing segments, heartbeats, and
+expiring silent clients.
+
+:class:`MembershipService` is reached as ``MasterService.membership`` (the facade's segment
+methods delegate to it); it depends only on the shared
+:class:`~mooncake_py.master.service.context.ServiceContext`. Withdrawing a segment is sliced
+(:mod:`.slices`): the segment goes at once, its objects in slices
+(:meth:`~mooncake_py.master.state.store.StoreState.start_unmount`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from mooncake_py.errors import ErrorCode
+from mooncake_py.types import ClientStatus, SegmentInfo
+
+from .context import ServiceContext
+from .slices import SliceTimer, Steps
+
+
+def valid_endpoint(endpoint: str) -> bool:
+    """Whether a segment's transfer endpoint is ``host:port`` (port 1-65535, host without
+    spaces or control characters; IPv6 in brackets): every client that writes to the segment
+    connects there, so a malformed one would fail them all. O(len(endpoint))."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isascii() or not port.isdigit():
+        return False
+    if not 0 < int(port) < 65536:
+        return False
+    return host.isprintable() and " " not in host
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PingResult:
+    """Answer to a heartbeat."""
+
+    code: int
+    client_status: ClientStatus
+    view_version: int
+
+
+class MembershipService:
+    """The segment and liveness calls.
+
+    Args:
+        context: the shared lock, state, clock and tenant rule.
+        view_version: the master's view version, answered by every ping.
+
+    Thread-safety: every method takes the context's lock (withdrawing once per slice).
+    """
+
+    def __init__(self, context: ServiceContext, view_version: int) -> None:
+        self._lock = context.lock
+        self._state = context.state
+        self._clock = context.clock
+        self._segments = context.state.segments
+        self._clients = context.state.clients
+        self._view_version = view_version
+
+    def mount_segment(self, client_id: str, segment: SegmentInfo) -> ErrorCode:
+        """Contribute ``segment`` to the store; idempotent for the same client.
+
+        Returns:
+            OK; INVALID_PARAMS for a malformed segment or one owned by another client.
+        """
+        with self._lock:
+            code = self._mount_locked(client_id, segment)
+            if code == ErrorCode.OK:
+                self._clients.touch(client_id, self._clock())
+            return code
+
+    def remount_segments(self, client_id: str, segments: Sequence[SegmentInfo]) -> ErrorCode:
+        """Re-register every segment a client holds and put it in good standing.
+
+        All segments are validated before any is mounted.
+
+        Returns:
+            OK, or INVALID_PARAMS (nothing mounted) when one segment is malformed.
+        """
+        with self._lock:
+            if not client_id:
+                return ErrorCode.INVALID_PARAMS
+            for segment in segments:
+                if self._validate_segment(client_id, segment) != ErrorCode.OK:
+                    return ErrorCode.INVALID_PARAMS
+            for segment in segments:
+                self._mount_locked(client_id, segment)
+            self._clients.touch(client_id, self._clock())
+            self._clients.mark_ok(client_id)
+            return ErrorCode.OK
+
+    def unmount_segment_sliced(self, client_id: str, segment_id: str) -> Steps[ErrorCode]:
+        """Withdraw a segment; objects left without a replica are deleted. Idempotent.
+
+        The segment is withdrawn in the first slice (nothing is placed on it, no reader is
+        given it from then on); its objects are dropped in slices, and the answer comes once
+        they all are.
+
+        Returns:
+            OK; INVALID_PARAMS when another client owns the segment.
+
+        Complexity: O(objects on the segment), in slices.
+        """
+        with self._lock:
+            mounted = self._segments.get(segment_id)
+            if mounted is None:
+                return ErrorCode.OK
+            if mounted.client_id != client_id:
+                return ErrorCode.INVALID_PARAMS
+            drain = self._state.start_unmount(segment_id)
+        timer = SliceTimer()
+        while True:
+            with self._lock:
+                if self._state.drain(drain, timer.spent):
+                    return ErrorCode.OK
+            yield
+            timer.restart()
+
+    def ping(self, client_id: str) -> PingResult:
+        """Heartbeat: refresh the client's deadline and tell it whether to remount."""
+        with self._lock:
+            if not client_id:
+                return PingResult(ErrorCode.INVALID_PARAMS, ClientStatus.UNDEFINED, 0)
+            self._clients.touch(client_id, self._clock())
+            status = (
+                ClientStatus.OK if self._clients.is_ok(client_id) else ClientStatus.NEED_REMOUNT
+            )
+            return PingResult(ErrorCode.OK, status, self._view_version)
+
+    def _validate_segment(self, client_id: str, segment: SegmentInfo) -> ErrorCode:
+        if not client_id or not segment.id or not segment.name:
+            return ErrorCode.INVALID_PARAMS
+        if segment.base <= 0 or segment.size <= 0 or not valid_endpoint(segment.te_endpoint):
+            return ErrorCode.INVALID_PARAMS
+        existing = self._segments.get(segment.id)
+        if existing is not None and existing.client_id != client_id:
+            return ErrorCode.INVALID_PARAMS
+        return ErrorCode.OK
+
+    def _mount_locked(self, client_id: str, segment: SegmentInfo) -> ErrorCode:
+        code = self._validate_segment(client_id, segment)
+        if code == ErrorCode.OK and self._segments.get(segment.id) is None:
+            # A drain of an earlier mount of this id ends first: its replicas must never
+            # meet the new allocator.
+            self._state.finish_drain(segment.id)
+            self._segments.mount(client_id, segment)
+        return code
+
+    def reap_expired_clients(self, now: float, drain: bool = True) -> list[str]:
+        """Expire clients silent for ``client_ttl``: unmount their segments, drop lost objects.
+
+        Args:
+            drain: drop the lost objects now; False leaves that to :meth:`continue_drains`
+                (the background loop's way, so a dead client with a million objects does
+                not stall the master).
+
+        Returns:
+            The expired client ids. Complexity: O(expired clients × their objects), or
+            O(expired clients × their segments) plus id copies without ``drain``.
+        """
+        with self._lock:
+            expired = self._clients.pop_expired(now)
+            for client_id in expired:
+                for mounted in self._segments.segments_of(client_id):
+                    started = self._state.start_unmount(mounted.info.id)
+                    if drain:
+                        self._state.drain(started)
+                # It reads and writes nothing any more: what it held goes back.
+                self._state.reads.drop_client(client_id)
+                self._state.drop_client_writes(client_id)
+            return expired
+
+    def continue_drains(self) -> bool:
+        """Run one bounded slice of the pending segment drains (see :meth:`reap_expired_clients`).
+
+        Returns:
+            True when drains remain (call again after letting other calls in).
+        """
+        timer = SliceTimer()
+        with self._lock:
+            for drain in list(self._state.draining.values()):
+                if not self._state.drain(drain, timer.spent):
+                    return True
+            return bool(self._state.draining)
