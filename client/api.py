@@ -49,6 +49,7 @@ from mooncake_py.types import (
 
 from .api_queries import QueryCalls, check_keys, invalid_params
 from .api_sessions import KvSessionCalls
+from .api_tasks import TaskCalls
 from .buffer_handle import BufferHandle
 from .buffers import RegisteredBuffers, bytes_view, parts_views
 from .config import ClientConfig
@@ -66,7 +67,7 @@ LEASE_EXPIRED = int(ErrorCode.LEASE_EXPIRED)
 B = TypeVar("B", bound="Buffer")  # what a read may allocate: any writable buffer type
 
 
-class Client(QueryCalls, KvSessionCalls):
+class Client(QueryCalls, KvSessionCalls, TaskCalls):
     """A joined client of a mooncake-py store.
 
     The queries and removals (``is_exist``, ``probe_key``, ``get_size``,

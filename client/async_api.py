@@ -21,6 +21,7 @@ from mooncake_py.types import (
     KvSessionInfo,
     KvSessionPage,
     ProbeLeaseMode,
+    QueryTaskResponse,
     ReleaseResult,
     ReplicateConfig,
 )
@@ -299,6 +300,18 @@ class AsyncClient(Offloader):
     async def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> list[str]:
         """Coroutine of :meth:`~mooncake_py.Client.batch_replica_clear`."""
         return await self._run(self._client.batch_replica_clear, keys, segment_name)
+
+    async def create_copy_task(self, key: str, targets: Sequence[str]) -> tuple[int, int]:
+        """Coroutine of :meth:`~mooncake_py.Client.create_copy_task`."""
+        return await self._run(self._client.create_copy_task, key, targets)
+
+    async def create_move_task(self, key: str, source: str, target: str) -> tuple[int, int]:
+        """Coroutine of :meth:`~mooncake_py.Client.create_move_task`."""
+        return await self._run(self._client.create_move_task, key, source, target)
+
+    async def query_task(self, task_id: tuple[int, int]) -> QueryTaskResponse:
+        """Coroutine of :meth:`~mooncake_py.Client.query_task`."""
+        return await self._run(self._client.query_task, task_id)
 
     async def attach_kv_session(self, session_id: str, keys: Sequence[str]) -> BatchResult[None]:
         """Coroutine of :meth:`~mooncake_py.Client.attach_kv_session`."""

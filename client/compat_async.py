@@ -19,10 +19,11 @@ from .async_api import DEFAULT_WORKERS, Offloader
 from .buffer_handle import BufferHandle
 from .compat import MooncakeDistributedStore
 from .compat_ranged import AsyncRangedTransfers
+from .compat_tasks import AsyncTaskTransfers
 from .replica_desc import ReplicaDescriptor
 
 
-class AsyncMooncakeStore(AsyncRangedTransfers, Offloader):
+class AsyncMooncakeStore(AsyncRangedTransfers, AsyncTaskTransfers, Offloader):
     """Asyncio twin of :class:`~mooncake_py.MooncakeDistributedStore`.
 
     Args:

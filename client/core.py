@@ -42,6 +42,7 @@ from .data_plane import DataPlane, ReadItem, WriteItem
 from .heartbeat import Heartbeat
 from .master_rpc import MasterClient
 from .segment import LocalSegment, host_id, remove_stale_segment_files
+from .task_worker import TaskWorker
 from .transfer import TransferServer
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,11 @@ class ClientCore:
             self.master, self.client_id, self.segments, housekeeping=self.data.prune_dead_peers
         )
         self.heartbeat.start()
+        # A client holding a segment does the replica tasks assigned to it (it has the bytes).
+        self.tasks: TaskWorker | None = None
+        if self._segment is not None:
+            self.tasks = TaskWorker(self.master, self.client_id, self.data)
+            self.tasks.start()
 
     @property
     def hostname(self) -> str:
@@ -358,6 +364,9 @@ class ClientCore:
         heartbeat = getattr(self, "heartbeat", None)
         if heartbeat is not None:
             heartbeat.stop()
+        tasks = getattr(self, "tasks", None)
+        if tasks is not None:
+            tasks.stop()
         if self._segment_info is not None:
             with contextlib.suppress(MooncakeError):
                 self.master.unmount_segment(self.client_id, self._segment_info.id)

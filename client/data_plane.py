@@ -125,6 +125,13 @@ class DataPlane:
         self._peers = PeerMappings()
         self._tcp = TransferClient()
 
+    def own_memory_of(self, replica: ReplicaDescriptor) -> memoryview | None:
+        """A view of the replica's bytes when it lies in this client's own segment (whatever
+        ``force_tcp`` says: the bytes are this process's memory), else None."""
+        if self._local is not None and replica.segment_id == self._local.segment_id:
+            return self._local.view[replica.offset : replica.offset + replica.size]
+        return None
+
     def memory_of(self, replica: ReplicaDescriptor) -> memoryview | None:
         """A view of the replica's bytes when they are mapped in this process, else None."""
         if self.force_tcp:

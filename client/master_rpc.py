@@ -42,10 +42,12 @@ from mooncake_py.types import (
     KvSessionPage,
     ProbeLeaseMode,
     PutStartResult,
+    QueryTaskResponse,
     ReleaseResult,
     ReplicaListResult,
     ReplicateConfig,
     SegmentInfo,
+    StartTaskResult,
 )
 
 from .stream_client import ChannelClient, ChannelError
@@ -503,6 +505,30 @@ class MasterClient:
     def remove_all(self, tenant: str, force: bool) -> int:
         """RemoveAll: the count removed."""
         return self.call("RemoveAll", tenant, force)
+
+    def create_copy_task(self, tenant: str, key: str, targets: Sequence[str]) -> tuple[int, str]:
+        """CreateCopyTask: ``(code, task id)``."""
+        return self.call("CreateCopyTask", tenant, key, targets)
+
+    def create_move_task(self, tenant: str, key: str, source: str, target: str) -> tuple[int, str]:
+        """CreateMoveTask: ``(code, task id)``."""
+        return self.call("CreateMoveTask", tenant, key, source, target)
+
+    def query_task(self, tenant: str, task_id: str) -> tuple[int, QueryTaskResponse | None]:
+        """QueryTask: ``(code, state or None)``."""
+        return self.call("QueryTask", tenant, task_id)
+
+    def fetch_tasks(self, client_id: str, batch_size: int) -> list[str]:
+        """FetchTasks: the ids of tasks assigned to this client, now processing."""
+        return self.call("FetchTasks", client_id, batch_size)
+
+    def start_task(self, client_id: str, task_id: str) -> StartTaskResult:
+        """StartTask: the reserved targets and the source to copy."""
+        return self.call("StartTask", client_id, task_id)
+
+    def finish_task(self, client_id: str, task_id: str, succeeded: bool, message: str) -> int:
+        """FinishTask: the copy's outcome; 0 or TASK_NOT_FOUND."""
+        return self.call("FinishTask", client_id, task_id, succeeded, message)
 
     def batch_replica_clear(
         self, client_id: str, tenant: str, keys: Sequence[str], segment_name: str

@@ -55,10 +55,13 @@ from mooncake_py.types import (
     KvSessionPage,
     ObjectDataType,
     ProbeLeaseMode,
+    QueryTaskResponse,
     ReleaseResult,
     ReplicaStatus,
     ReplicateConfig,
     SoftPinAction,
+    TaskStatus,
+    TaskType,
 )
 
 __version__ = "0.1.0"
@@ -95,7 +98,10 @@ __all__ = [
     "ProbeLeaseMode",
     "ReleaseResult",
     "ReplicaDescriptor",
+    "QueryTaskResponse",
     "ReplicaStatus",
+    "TaskStatus",
+    "TaskType",
     "ReplicateConfig",
     "SegmentStatus",
     "SoftPinAction",

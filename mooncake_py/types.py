@@ -10,6 +10,7 @@ import dataclasses
 import enum
 import itertools
 import operator
+import uuid
 from typing import Any
 
 
@@ -54,6 +55,22 @@ class ReplicaStatus(enum.IntEnum):
     COMPLETE = 3
     REMOVED = 4
     FAILED = 5
+
+
+class TaskType(enum.IntEnum):
+    """What a replica task does (upstream ``TaskType``)."""
+
+    REPLICA_COPY = 0
+    REPLICA_MOVE = 1
+
+
+class TaskStatus(enum.IntEnum):
+    """Where a replica task is (upstream ``TaskStatus``)."""
+
+    PENDING = 0
+    PROCESSING = 1
+    FAILED = 2
+    SUCCESS = 3
 
 
 class ClientStatus(enum.IntEnum):
@@ -392,3 +409,64 @@ def valid_tenant_id(tenant: str) -> bool:
         and not tenant.startswith("_")
         and not any(ord(c) < 32 or ord(c) == 127 for c in tenant)
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class QueryTaskResponse:
+    """A replica task's state (upstream's ``QueryTaskResponse`` attributes).
+
+    Attributes:
+        id: the task id as upstream's Python binding gives it: the UUID's two 64-bit halves
+            ``(high, low)``.
+        type: REPLICA_COPY or REPLICA_MOVE.
+        status: PENDING, PROCESSING, FAILED or SUCCESS.
+        created_at_ms_epoch, last_updated_at_ms_epoch: Unix times in milliseconds.
+        assigned_client: the id of the client doing the work.
+        message: why it failed ("" otherwise).
+    """
+
+    id: tuple[int, int]
+    type: TaskType
+    status: TaskStatus
+    created_at_ms_epoch: int
+    last_updated_at_ms_epoch: int
+    assigned_client: str
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class StartTaskResult:
+    """What a worker needs to run a started task.
+
+    Attributes:
+        code: 0, or why the task cannot run (it is then finished as FAILED).
+        source: the replica to copy from (on the worker's own segment).
+        targets: the reserved ranges to copy into.
+    """
+
+    code: int
+    source: ReplicaDescriptor | None = None
+    targets: tuple[ReplicaDescriptor, ...] = ()
+
+
+def task_id_halves(task_id: str) -> tuple[int, int]:
+    """A task id (a UUID's text) as upstream's binding hands it to Python: the UUID's
+    ``(high 64 bits, low 64 bits)``.
+
+    Raises:
+        ValueError: ``task_id`` is no UUID.
+    """
+    value = uuid.UUID(task_id).int
+    return value >> 64, value & ((1 << 64) - 1)
+
+
+def task_id_text(halves: tuple[int, int]) -> str:
+    """The task id (a UUID's text) of upstream-style ``(high, low)`` halves.
+
+    Raises:
+        ValueError, TypeError: not two ints of 64 bits each.
+    """
+    high, low = halves
+    if not (0 <= high < 1 << 64 and 0 <= low < 1 << 64):
+        raise ValueError("task id halves must be two 64-bit unsigned ints")
+    return str(uuid.UUID(int=(high << 64) | low))

@@ -59,6 +59,7 @@ from .release import ReleaseService
 from .removal import RemovalService
 from .replicas import ReplicaService
 from .slices import Steps, drive, map_in_slices
+from .tasks import TaskService
 from .writes import WritePath
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
@@ -86,6 +87,7 @@ class MasterService:
         releases: the release operations (of a session, of stale or all sessions, of the
             KV cache).
         replicas: replica management (clearing a client's own replicas).
+        tasks: replica copy and move tasks.
         context: what the composed services share (lock, state, clock, tenant rule), for
             services built beside the facade (the HTTP admin queries).
     """
@@ -117,7 +119,8 @@ class MasterService:
         self.sessions = SessionService(context)
         self.releases = ReleaseService(context)
         self.replicas = ReplicaService(context, config.max_batch_keys)
-        self.membership = MembershipService(context, view_version)
+        self.tasks = TaskService(context)
+        self.membership = MembershipService(context, view_version, self.tasks.drop_client)
         self._removals = RemovalService(context, self._remove_locked)
 
     # ------------------------------------------------------------------------------------------
@@ -431,7 +434,9 @@ class MasterService:
         """
         with self._lock:
             self._state.reads.expire_due(now)
-            return self._writes.sweep_expired(now)
+            freed = self._writes.sweep_expired(now)
+        self.tasks.sweep(now)  # replica tasks that overstayed fail, freeing their targets
+        return freed
 
     def evict_once(self, now: float) -> EvictionPass | None:
         """Run one whole watermark eviction pass (None when memory use does not call for one).

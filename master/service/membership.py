@@ -11,7 +11,7 @@ methods delegate to it); it depends only on the shared
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import ClientStatus, SegmentInfo
@@ -47,11 +47,19 @@ class MembershipService:
     Args:
         context: the shared lock, state, clock and tenant rule.
         view_version: the master's view version, answered by every ping.
+        on_client_expired: called with ``(client_id, now)``, the lock held, for each client
+            that expires (its replica tasks fail).
 
     Thread-safety: every method takes the context's lock (withdrawing once per slice).
     """
 
-    def __init__(self, context: ServiceContext, view_version: int) -> None:
+    def __init__(
+        self,
+        context: ServiceContext,
+        view_version: int,
+        on_client_expired: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self._on_client_expired = on_client_expired
         self._lock = context.lock
         self._state = context.state
         self._clock = context.clock
@@ -170,6 +178,8 @@ class MembershipService:
                 # It reads and writes nothing any more: what it held goes back.
                 self._state.reads.drop_client(client_id)
                 self._state.drop_client_writes(client_id)
+                if self._on_client_expired is not None:
+                    self._on_client_expired(client_id, now)
             return expired
 
     def continue_drains(self) -> bool:

@@ -198,6 +198,17 @@ class SegmentManager:
         free = sum(s.allocator.free_bytes for s in segments)
         return free / capacity if capacity else 0.0
 
+    def has_name(self, name: str) -> bool:
+        """Whether a mounted segment is named ``name``. O(1)."""
+        return name in self._by_name
+
+    def allocate_in(self, name: str, size: int) -> Allocation | None:
+        """Reserve ``size`` bytes in a segment named ``name``; None when none has room (or
+        no segment has the name). O(segments of the name × log free ranges)."""
+        if name not in self._by_name:
+            return None
+        return self._allocate_in_name(name, size)
+
     def _allocate_in_name(self, name: str, size: int) -> Allocation | None:
         segments = self._by_name[name]
         start = self._rng.randrange(len(segments))

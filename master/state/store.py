@@ -26,6 +26,7 @@ from .objects import ObjectId, ObjectMetadata, ObjectTable, Replica
 from .reads import ReadLeases
 from .segments import SegmentManager
 from .session_registry import SessionLimits, SessionRegistry, pinned_by_session
+from .tasks import TaskTable
 
 
 @dataclasses.dataclass(slots=True)
@@ -55,6 +56,8 @@ class Counters:
     alloc_failures: int = 0
     released_objects: int = 0
     released_bytes: int = 0
+    replicated_objects: int = 0
+    replicated_bytes: int = 0
 
 
 _GONE_SEGMENT = SegmentInfo(id="", name="", base=1, size=1, te_endpoint="")
@@ -122,6 +125,8 @@ class StoreState:
         self.preempted: dict[int, PreemptedWrite] = {}
         # Unmounted segments whose objects are still being dropped, by segment id.
         self.draining: dict[str, SegmentDrain] = {}
+        # Replica copy and move tasks, and the target ranges they reserved.
+        self.tasks = TaskTable()
         self._preempted_deadlines: list[tuple[float, int]] = []
         self.counters = Counters()
         self.lease_ttl_s = config.default_kv_lease_ttl / 1000.0
@@ -294,6 +299,7 @@ class StoreState:
         """
         self.finish_drain(segment_id)
         self.segments.unmount(segment_id)
+        self.tasks.forget_segment(segment_id)
         # Buffers waiting for readers or writers die with their segment; a remount of the same
         # id starts from an empty allocator that must not receive their frees.
         self.reads.drop_segment(segment_id)
@@ -406,6 +412,7 @@ class StoreState:
                 raise AssertionError(f"readable {meta.object_id!r} is not an eviction candidate")
         self.policy.check(candidates)
         self.reads.check()
+        self.tasks.check()
         for object_id in self.reads.checked_objects():
             if self.objects.get(object_id) is None:
                 raise AssertionError(f"existence hold on gone object {object_id!r}")
@@ -415,6 +422,11 @@ class StoreState:
                 held[replica.segment_id] = held.get(replica.segment_id, 0) + 1
         for mounted in self.segments.all_segments():
             sid = mounted.info.id
-            expected = live.get(sid, 0) + held.get(sid, 0) + self.reads.retired_on(sid)
+            expected = (
+                live.get(sid, 0)
+                + held.get(sid, 0)
+                + self.reads.retired_on(sid)
+                + self.tasks.held_on(sid)
+            )
             if mounted.allocator.allocation_count != expected:
                 raise AssertionError(f"segment {sid}: allocations leak or double-free")

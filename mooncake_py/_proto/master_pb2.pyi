@@ -554,3 +554,101 @@ class KeyListResponse(_message.Message):
     code: int
     keys: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, code: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreateCopyTaskRequest(_message.Message):
+    __slots__ = ("tenant_id", "key", "targets")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    key: str
+    targets: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant_id: _Optional[str] = ..., key: _Optional[str] = ..., targets: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreateMoveTaskRequest(_message.Message):
+    __slots__ = ("tenant_id", "key", "source", "target")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    key: str
+    source: str
+    target: str
+    def __init__(self, tenant_id: _Optional[str] = ..., key: _Optional[str] = ..., source: _Optional[str] = ..., target: _Optional[str] = ...) -> None: ...
+
+class TaskIdResponse(_message.Message):
+    __slots__ = ("code", "task_id")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    task_id: str
+    def __init__(self, code: _Optional[int] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class TaskRequest(_message.Message):
+    __slots__ = ("client_id", "task_id", "tenant_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    task_id: str
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+
+class QueryTaskResponse(_message.Message):
+    __slots__ = ("code", "task_id", "type", "status", "created_at_ms_epoch", "last_updated_at_ms_epoch", "assigned_client", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_UPDATED_AT_MS_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_CLIENT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    task_id: str
+    type: int
+    status: int
+    created_at_ms_epoch: int
+    last_updated_at_ms_epoch: int
+    assigned_client: str
+    message: str
+    def __init__(self, code: _Optional[int] = ..., task_id: _Optional[str] = ..., type: _Optional[int] = ..., status: _Optional[int] = ..., created_at_ms_epoch: _Optional[int] = ..., last_updated_at_ms_epoch: _Optional[int] = ..., assigned_client: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class FetchTasksRequest(_message.Message):
+    __slots__ = ("client_id", "batch_size")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    batch_size: int
+    def __init__(self, client_id: _Optional[str] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class FetchTasksResponse(_message.Message):
+    __slots__ = ("code", "task_ids")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, code: _Optional[int] = ..., task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StartTaskResponse(_message.Message):
+    __slots__ = ("code", "source", "targets")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    source: ReplicaDescriptor
+    targets: _containers.RepeatedCompositeFieldContainer[ReplicaDescriptor]
+    def __init__(self, code: _Optional[int] = ..., source: _Optional[_Union[ReplicaDescriptor, _Mapping]] = ..., targets: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ...) -> None: ...
+
+class FinishTaskRequest(_message.Message):
+    __slots__ = ("client_id", "task_id", "succeeded", "message")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    task_id: str
+    succeeded: bool
+    message: str
+    def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., succeeded: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...

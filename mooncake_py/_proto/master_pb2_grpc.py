@@ -249,6 +249,36 @@ class MasterServiceStub:
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchReplicaClearRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.KeyListResponse.FromString,
                 _registered_method=True)
+        self.CreateCopyTask = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/CreateCopyTask',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.CreateCopyTaskRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.TaskIdResponse.FromString,
+                _registered_method=True)
+        self.CreateMoveTask = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/CreateMoveTask',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.CreateMoveTaskRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.TaskIdResponse.FromString,
+                _registered_method=True)
+        self.QueryTask = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/QueryTask',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.TaskRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.QueryTaskResponse.FromString,
+                _registered_method=True)
+        self.FetchTasks = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/FetchTasks',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.FetchTasksRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.FetchTasksResponse.FromString,
+                _registered_method=True)
+        self.StartTask = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/StartTask',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.TaskRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.StartTaskResponse.FromString,
+                _registered_method=True)
+        self.FinishTask = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/FinishTask',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.FinishTaskRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServiceServicer:
@@ -528,6 +558,44 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateCopyTask(self, request, context):
+        """Replica copy and move tasks, done by the client that owns the source replica's segment.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateMoveTask(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryTask(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchTasks(self, request, context):
+        """The worker side: take assigned tasks, reserve their targets, report the outcome.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartTask(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FinishTask(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -745,6 +813,36 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.BatchReplicaClear,
                     request_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchReplicaClearRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.KeyListResponse.SerializeToString,
+            ),
+            'CreateCopyTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateCopyTask,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.CreateCopyTaskRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.TaskIdResponse.SerializeToString,
+            ),
+            'CreateMoveTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateMoveTask,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.CreateMoveTaskRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.TaskIdResponse.SerializeToString,
+            ),
+            'QueryTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryTask,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.TaskRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.QueryTaskResponse.SerializeToString,
+            ),
+            'FetchTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchTasks,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.FetchTasksRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.FetchTasksResponse.SerializeToString,
+            ),
+            'StartTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartTask,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.TaskRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.StartTaskResponse.SerializeToString,
+            ),
+            'FinishTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishTask,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.FinishTaskRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1908,6 +2006,168 @@ class MasterService:
             '/mooncake_py.v1.MasterService/BatchReplicaClear',
             mooncake__py_dot___proto_dot_master__pb2.BatchReplicaClearRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.KeyListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateCopyTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/CreateCopyTask',
+            mooncake__py_dot___proto_dot_master__pb2.CreateCopyTaskRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.TaskIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateMoveTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/CreateMoveTask',
+            mooncake__py_dot___proto_dot_master__pb2.CreateMoveTaskRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.TaskIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/QueryTask',
+            mooncake__py_dot___proto_dot_master__pb2.TaskRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.QueryTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/FetchTasks',
+            mooncake__py_dot___proto_dot_master__pb2.FetchTasksRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.FetchTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/StartTask',
+            mooncake__py_dot___proto_dot_master__pb2.TaskRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.StartTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/FinishTask',
+            mooncake__py_dot___proto_dot_master__pb2.FinishTaskRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

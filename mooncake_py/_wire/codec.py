@@ -24,6 +24,7 @@ from mooncake_py.types import (
     KvSessionPage,
     ObjectDataType,
     PutStartResult,
+    QueryTaskResponse,
     ReleaseResult,
     ReplicaDescriptor,
     ReplicaListResult,
@@ -31,6 +32,11 @@ from mooncake_py.types import (
     ReplicateConfig,
     SegmentInfo,
     SoftPinAction,
+    StartTaskResult,
+    TaskStatus,
+    TaskType,
+    task_id_halves,
+    task_id_text,
 )
 
 _RELEASE_FIELDS = tuple(f.name for f in dataclasses.fields(ReleaseResult))
@@ -458,3 +464,76 @@ def decode_segment_usage(message: pb.ListSegmentsResponse) -> list[SegmentUsage]
         (decode_segment(s.segment), s.client_id, s.used_bytes, s.allocations)
         for s in message.segments
     ]
+
+
+# -- replica tasks -----------------------------------------------------------------------------
+
+
+def encode_task_id(answer: tuple[int, str]) -> pb.TaskIdResponse:
+    """``(code, task id)`` (CreateCopyTask, CreateMoveTask) to a TaskIdResponse."""
+    code, task_id = answer
+    return pb.TaskIdResponse(code=int(code), task_id=task_id)
+
+
+def decode_task_id(message: pb.TaskIdResponse) -> tuple[int, str]:
+    """A TaskIdResponse to ``(code, task id or "")``."""
+    return int(message.code), message.task_id
+
+
+def encode_query_task(answer: tuple[int, QueryTaskResponse | None]) -> pb.QueryTaskResponse:
+    """``(code, state or None)`` (QueryTask) to a QueryTaskResponse."""
+    code, info = answer
+    if info is None:
+        return pb.QueryTaskResponse(code=int(code))
+    return pb.QueryTaskResponse(
+        code=int(code),
+        task_id=task_id_text(info.id),
+        type=int(info.type),
+        status=int(info.status),
+        created_at_ms_epoch=info.created_at_ms_epoch,
+        last_updated_at_ms_epoch=info.last_updated_at_ms_epoch,
+        assigned_client=info.assigned_client,
+        message=info.message,
+    )
+
+
+def decode_query_task(message: pb.QueryTaskResponse) -> tuple[int, QueryTaskResponse | None]:
+    """A QueryTaskResponse to ``(code, state or None)``."""
+    if message.code:
+        return int(message.code), None
+    return 0, QueryTaskResponse(
+        id=task_id_halves(message.task_id),
+        type=TaskType(message.type),
+        status=TaskStatus(message.status),
+        created_at_ms_epoch=int(message.created_at_ms_epoch),
+        last_updated_at_ms_epoch=int(message.last_updated_at_ms_epoch),
+        assigned_client=message.assigned_client,
+        message=message.message,
+    )
+
+
+def encode_task_ids(task_ids: Sequence[str]) -> pb.FetchTasksResponse:
+    """The task ids FetchTasks hands out (it cannot fail)."""
+    return pb.FetchTasksResponse(code=0, task_ids=task_ids)
+
+
+def decode_task_ids(message: pb.FetchTasksResponse) -> list[str]:
+    """A FetchTasksResponse to its task ids (none when the master answered an error)."""
+    return [] if message.code else list(message.task_ids)
+
+
+def encode_start_task(result: StartTaskResult) -> pb.StartTaskResponse:
+    """A StartTaskResult to a StartTaskResponse."""
+    message = pb.StartTaskResponse(
+        code=int(result.code), targets=[encode_replica(r) for r in result.targets]
+    )
+    if result.source is not None:
+        message.source.CopyFrom(encode_replica(result.source))
+    return message
+
+
+def decode_start_task(message: pb.StartTaskResponse) -> StartTaskResult:
+    """A StartTaskResponse to a StartTaskResult."""
+    source = decode_replica(message.source) if message.HasField("source") else None
+    targets = tuple(decode_replica(r) for r in message.targets)
+    return StartTaskResult(int(message.code), source, targets)

@@ -339,6 +339,10 @@ SEGMENT_USAGE = Result(
 COUNT = Result(pb.CountResponse, codec.encode_count, codec.decode_count)
 CODE_AND_COUNT = Result(pb.CountResponse, codec.encode_code_and_count, codec.decode_count)
 KEY_LIST = Result(pb.KeyListResponse, codec.encode_key_list, codec.decode_key_list)
+TASK_ID = Result(pb.TaskIdResponse, codec.encode_task_id, codec.decode_task_id)
+TASK_STATE = Result(pb.QueryTaskResponse, codec.encode_query_task, codec.decode_query_task)
+TASK_IDS = Result(pb.FetchTasksResponse, codec.encode_task_ids, codec.decode_task_ids)
+TASK_START = Result(pb.StartTaskResponse, codec.encode_start_task, codec.decode_start_task)
 
 CONFIG = Field("config", codec.decode_config, codec.encode_config)
 PUT = Fields("client_id", "tenant_id", "key", "value_length", CONFIG)
@@ -568,6 +572,33 @@ _ENTRIES = (
         Fields("client_id", "tenant_id", "keys", "segment_name"),
         KEY_LIST,
         sliced=True,
+    ),
+    # Replica copy and move tasks.
+    Rpc(
+        "CreateCopyTask",
+        "service.tasks.create_copy_task",
+        Fields("tenant_id", "key", "targets"),
+        TASK_ID,
+    ),
+    Rpc(
+        "CreateMoveTask",
+        "service.tasks.create_move_task",
+        Fields("tenant_id", "key", "source", "target"),
+        TASK_ID,
+    ),
+    Rpc("QueryTask", "service.tasks.query_task", Fields("tenant_id", "task_id"), TASK_STATE),
+    Rpc(
+        "FetchTasks",
+        "service.tasks.fetch_tasks",
+        Fields("client_id", "batch_size"),
+        TASK_IDS,
+    ),
+    Rpc("StartTask", "service.tasks.start_task", Fields("client_id", "task_id"), TASK_START),
+    Rpc(
+        "FinishTask",
+        "service.tasks.finish_task",
+        Fields("client_id", "task_id", "succeeded", "message"),
+        STATUS,
     ),
 )
 

@@ -277,6 +277,12 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "RemoveByRegex": ("tenant", "^a", True),
     "RemoveAll": ("tenant", False),
     "BatchReplicaClear": ("c", "tenant", ["a", "b"], "seg"),
+    "CreateCopyTask": ("tenant", "k", ["seg-a", "seg-b"]),
+    "CreateMoveTask": ("tenant", "k", "seg-a", "seg-b"),
+    "QueryTask": ("tenant", "7d0b6f5e-0000-4000-8000-000000000001"),
+    "FetchTasks": ("c", 16),
+    "StartTask": ("c", "7d0b6f5e-0000-4000-8000-000000000001"),
+    "FinishTask": ("c", "7d0b6f5e-0000-4000-8000-000000000001", True, "done"),
 }
 
 
