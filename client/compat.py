@@ -43,7 +43,9 @@ from .api import Client
 from .buffer_handle import BufferHandle
 from .buffers import bytes_view, parts_views
 from .compat_ranged import RangedTransfers
+from .compat_standalone import StandaloneCalls
 from .compat_tasks import TaskTransfers
+from .compat_tensor import TensorCalls
 from .config import ClientConfig
 from .replica_desc import ReplicaDescriptor
 from .results import BatchResult
@@ -589,7 +591,9 @@ class _DropInStore:
         return self._session_client().release_kv_cache(keep_pinned)
 
 
-class MooncakeDistributedStore(RangedTransfers, TaskTransfers, _DropInStore):
+class MooncakeDistributedStore(
+    StandaloneCalls, RangedTransfers, TaskTransfers, TensorCalls, _DropInStore
+):
     """A client of a mooncake-py store; see the module docstring for conventions.
 
     The ranged transfers (:class:`~mooncake_py.client.compat_ranged.RangedTransfers`) come

@@ -26,12 +26,14 @@ from mooncake_py.client import (
     SegmentStatus,
 )
 from mooncake_py.client.buffer_handle import BufferHandle
+from mooncake_py.client.compat_standalone import MooncakeHostMemAllocator
 from mooncake_py.client.replica_desc import (
     Descriptor,
     DiskDescriptor,
     MemoryDescriptor,
     ReplicaDescriptor,
 )
+from mooncake_py.client.tensor_parallel import ParallelAxis, ReadTarget, TensorParallelism
 from mooncake_py.errors import (
     AlreadyExistsError,
     AuthenticationError,
@@ -67,6 +69,10 @@ from mooncake_py.types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ParallelAxis",
+    "ReadTarget",
+    "TensorParallelism",
+    "MooncakeHostMemAllocator",
     "AlreadyExistsError",
     "AsyncClient",
     "AsyncMooncakeStore",
