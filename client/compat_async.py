@@ -20,10 +20,11 @@ from .buffer_handle import BufferHandle
 from .compat import MooncakeDistributedStore
 from .compat_ranged import AsyncRangedTransfers
 from .compat_tasks import AsyncTaskTransfers
+from .compat_tensor_async import AsyncTensorCalls
 from .replica_desc import ReplicaDescriptor
 
 
-class AsyncMooncakeStore(AsyncRangedTransfers, AsyncTaskTransfers, Offloader):
+class AsyncMooncakeStore(AsyncRangedTransfers, AsyncTaskTransfers, AsyncTensorCalls, Offloader):
     """Asyncio twin of :class:`~mooncake_py.MooncakeDistributedStore`.
 
     Args:
