@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint proto bench bench-quick compare fuzz soak clean
+.PHONY: setup run test lint proto bench bench-quick compare fuzz soak clean test-tensors
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -20,6 +20,12 @@ test: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m tests.typecheck
 	$(PY) -m pytest -q
+
+# The tensor API's tests need torch (a CPU build: pip install torch==2.13.0), kept out of
+# the default run for its size.
+test-tensors: $(STAMP)
+	$(PY) -m pip install -q 'torch==2.13.0'
+	$(PY) -m pytest -q tests/integration/test_tensors.py tests/integration/test_engine_buffers.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
