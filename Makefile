@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint proto bench bench-quick compare fuzz soak clean test-tensors
+.PHONY: setup run test lint proto bench bench-quick compare fuzz soak clean test-tensors test-engines
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,6 +26,16 @@ test: $(STAMP)
 test-tensors: $(STAMP)
 	$(PY) -m pip install -q 'torch==2.13.0'
 	$(PY) -m pytest -q tests/integration/test_tensors.py tests/integration/test_engine_buffers.py
+
+ENGINES_VENV ?= .engines-venv
+ENGINES_STAMP := $(ENGINES_VENV)/.installed
+
+$(ENGINES_STAMP): pyproject.toml tests/engines/setup_venv.sh
+	ENGINES_VENV=$(ENGINES_VENV) bash tests/engines/setup_venv.sh
+
+# SGLang, vLLM and LMCache's own Mooncake store modules against mooncake-py (opt-in, ~4 GB venv)
+test-engines: $(ENGINES_STAMP)
+	MOONCAKE_PY_ENGINES=1 $(ENGINES_VENV)/bin/python -m pytest -q -p no:cacheprovider -rxX tests/engines
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
