@@ -38,7 +38,9 @@ class Descriptor:
         buffer_address: their address in the owning client's process (its segment's base
             plus the replica's offset); 0 when the segment was no longer mounted when the
             descriptor was built.
-        transport_endpoint: ``host:port`` of the owner's transfer service.
+        transport_endpoint: the owner's ``host:port`` as it names itself (its segment name,
+            ``local_hostname:port``), as upstream reports it; the address actually dialled
+            may differ (``127.0.0.1`` for ``localhost``).
         segment_name: the owning client's segment name (its ``get_hostname()``); not in
             upstream's class.
         protocol: the transport the owner advertises (``tcp``); not in upstream's class.
@@ -164,7 +166,7 @@ class SegmentDirectory:
         buffer = Descriptor(
             size=replica.size,
             buffer_address=base + replica.offset if base else 0,
-            transport_endpoint=replica.te_endpoint,
+            transport_endpoint=replica.segment_name or replica.te_endpoint,
             segment_name=replica.segment_name,
             protocol=protocol,
         )

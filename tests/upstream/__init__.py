@@ -1,0 +1,1 @@
+"""Runs upstream Mooncake's own Python store tests against mooncake-py (see ``run.py``)."""
