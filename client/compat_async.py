@@ -73,6 +73,18 @@ class AsyncMooncakeStore(AsyncRangedTransfers, AsyncTaskTransfers, AsyncTensorCa
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.setup`."""
         return await self._run(self.store.setup, *args, **kwargs)
 
+    async def setup_dummy(
+        self, mem_pool_size: int, local_buffer_size: int, server_address: str
+    ) -> int:
+        """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.setup_dummy`."""
+        return await self._run(
+            self.store.setup_dummy, mem_pool_size, local_buffer_size, server_address
+        )
+
+    async def alloc_from_mem_pool(self, size: int) -> int:
+        """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.alloc_from_mem_pool`."""
+        return await self._run(self.store.alloc_from_mem_pool, size)
+
     async def close(self) -> int:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.close`."""
         return await self._run(self.store.close)

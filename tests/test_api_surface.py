@@ -62,6 +62,8 @@ PINNED: dict[str, dict[str, str]] = {
         "remove": "async (self, key: 'str', force: 'bool' = False) -> 'int'",
         "remove_all": "async (self, force: 'bool' = False) -> 'int'",
         "batch_replica_clear": "async (self, keys: 'Sequence[str]', segment_name: 'str' = '') -> 'list[str]'",
+        "alloc_from_mem_pool": "async (self, size: 'int') -> 'int'",
+        "setup_dummy": "async (self, mem_pool_size: 'int', local_buffer_size: 'int', server_address: 'str') -> 'int'",
         "batch_get_tensor": "async (self, keys: 'Sequence[str]') -> 'list[Any]'",
         "batch_get_tensor_into": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[Any]'",
         "batch_get_tensor_into_cuda": "async (self, keys: 'Sequence[str]', tensors_list: 'Sequence[Any]') -> 'list[int]'",
