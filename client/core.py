@@ -44,6 +44,7 @@ from .master_rpc import MasterClient
 from .segment import LocalSegment, host_id, remove_stale_segment_files
 from .task_worker import TaskWorker
 from .transfer import TransferServer
+from .transfer_server import PICK_FROM_UPSTREAM_PORTS
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,9 @@ class ClientCore:
             self._segment = LocalSegment(self.config.global_segment_size)
             segment = self._segment
             self._server = TransferServer(
-                _listen_host(self.config.local_hostname), self._lookup_segment
+                _listen_host(self.config.local_hostname),
+                self._lookup_segment,
+                PICK_FROM_UPSTREAM_PORTS,
             )
             name = self.config.local_hostname
             if name.count(":") != 1:

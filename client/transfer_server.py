@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import select
 import socket
 import threading
@@ -76,6 +77,25 @@ class _Conn:
         self.served_bytes = 0
 
 
+UPSTREAM_PORTS = range(12300, 14300)
+"""Where upstream's clients pick their port when none is given (their segment name's port)."""
+
+PICK_FROM_UPSTREAM_PORTS = -1
+"""``port`` value: a free port of :data:`UPSTREAM_PORTS` (an ephemeral one if none is free)."""
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; see :data:`PICK_FROM_UPSTREAM_PORTS`."""
+    if port != PICK_FROM_UPSTREAM_PORTS:
+        return socket.create_server((host, port), reuse_port=False)
+    for candidate in random.sample(UPSTREAM_PORTS, 32):
+        try:
+            return socket.create_server((host, candidate), reuse_port=False)
+        except OSError:  # taken: try another
+            continue
+    return socket.create_server((host, 0), reuse_port=False)
+
+
 class TransferServer:
     """Serves this client's segments over TCP; one thread per connection, at most
     ``max_connections`` of them.
@@ -84,7 +104,7 @@ class TransferServer:
         host: address to listen on (a loopback or interface address, never a wildcard by
             default).
         lookup: finds a segment's memory by uuid.
-        port: 0 picks a free port.
+        port: 0 picks a free port; :data:`PICK_FROM_UPSTREAM_PORTS` one of upstream's range.
         socket_buffers: (SO_SNDBUF, SO_RCVBUF) for accepted sockets, None for the kernel's;
             by default what ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` asks for (4 MiB when unset).
         idle_timeout_s: a connection with no request for this long is closed.
@@ -109,7 +129,7 @@ class TransferServer:
         self._buffers = resolve_buffers(socket_buffers)
         self._idle_timeout_s = idle_timeout_s
         self._slots = threading.Semaphore(max_connections)
-        self._listener = socket.create_server((host, port), reuse_port=False)
+        self._listener = _listen(host, port)
         # Room for a burst: a full backlog drops SYNs, which costs the dialer 1 s or more.
         self._listener.listen(1024)
         self.host = host
