@@ -25,7 +25,7 @@ test: $(STAMP)
 # the default run for its size.
 test-tensors: $(STAMP)
 	$(PY) -m pip install -q 'torch==2.13.0'
-	$(PY) -m pytest -q tests/integration/test_tensors.py tests/integration/test_engine_buffers.py
+	$(PY) -m pytest -q tests/integration/test_tensors.py tests/integration/test_tensor_upserts.py tests/integration/test_engine_buffers.py
 
 ENGINES_VENV ?= .engines-venv
 ENGINES_STAMP := $(ENGINES_VENV)/.installed

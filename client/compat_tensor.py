@@ -265,6 +265,53 @@ class TensorCalls(ParallelTensorCalls, _StoreBase):
         del tp_rank
         return self._put_tp(base_keys, tensors_list, config, tp_size, split_dim, False, pub=True)
 
+    def upsert_tensor_with_tp(
+        self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> int:
+        """:meth:`put_tensor_with_tp` that replaces what each shard key holds (an upsert per
+        shard); 0, or the first error."""
+        del tp_rank
+        return self._put_tp([key], [tensor], None, tp_size, split_dim, True)[0]
+
+    def batch_upsert_tensor_with_tp(
+        self,
+        base_keys: Sequence[str],
+        tensors_list: Sequence[Any],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> list[int]:
+        """:meth:`upsert_tensor_with_tp` for each key, in one batch."""
+        del tp_rank
+        return self._put_tp(base_keys, tensors_list, None, tp_size, split_dim, True)
+
+    def upsert_pub_tensor_with_tp(
+        self,
+        key: str,
+        tensor: Any,
+        config: ReplicateConfig | None = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> int:
+        """:meth:`upsert_tensor_with_tp` with a ``ReplicateConfig`` (per-key entries apply to
+        every shard)."""
+        del tp_rank
+        return self._put_tp([key], [tensor], config, tp_size, split_dim, True, pub=True)[0]
+
+    def batch_upsert_pub_tensor_with_tp(
+        self,
+        base_keys: Sequence[str],
+        tensors_list: Sequence[Any],
+        config: ReplicateConfig | None = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> list[int]:
+        """:meth:`batch_upsert_tensor_with_tp` with a ``ReplicateConfig``."""
+        del tp_rank
+        return self._put_tp(base_keys, tensors_list, config, tp_size, split_dim, True, pub=True)
+
     def put_tensor_with_tp_from(
         self,
         key: str,

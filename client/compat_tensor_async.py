@@ -133,6 +133,65 @@ class AsyncTensorCalls(_AsyncBase):
             split_dim,
         )
 
+    async def upsert_tensor_with_tp(
+        self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> int:
+        """Coroutine of :meth:`TensorCalls.upsert_tensor_with_tp`."""
+        store = self._tensor_store()
+        return await self._run(
+            store.upsert_tensor_with_tp, key, tensor, tp_rank, tp_size, split_dim
+        )
+
+    async def batch_upsert_tensor_with_tp(
+        self,
+        base_keys: Sequence[str],
+        tensors_list: Sequence[Any],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> list[int]:
+        """Coroutine of :meth:`TensorCalls.batch_upsert_tensor_with_tp`."""
+        store = self._tensor_store()
+        return await self._run(
+            store.batch_upsert_tensor_with_tp, base_keys, tensors_list, tp_rank, tp_size, split_dim
+        )
+
+    async def upsert_pub_tensor_with_tp(
+        self,
+        key: str,
+        tensor: Any,
+        config: ReplicateConfig | None = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> int:
+        """Coroutine of :meth:`TensorCalls.upsert_pub_tensor_with_tp`."""
+        store = self._tensor_store()
+        return await self._run(
+            store.upsert_pub_tensor_with_tp, key, tensor, config, tp_rank, tp_size, split_dim
+        )
+
+    async def batch_upsert_pub_tensor_with_tp(
+        self,
+        base_keys: Sequence[str],
+        tensors_list: Sequence[Any],
+        config: ReplicateConfig | None = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> list[int]:
+        """Coroutine of :meth:`TensorCalls.batch_upsert_pub_tensor_with_tp`."""
+        store = self._tensor_store()
+        return await self._run(
+            store.batch_upsert_pub_tensor_with_tp,
+            base_keys,
+            tensors_list,
+            config,
+            tp_rank,
+            tp_size,
+            split_dim,
+        )
+
     async def batch_put_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any]) -> list[int]:
         """Coroutine of :meth:`TensorCalls.batch_put_tensor`."""
         return await self._run(self._tensor_store().batch_put_tensor, keys, tensors_list)
