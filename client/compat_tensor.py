@@ -398,19 +398,17 @@ class TensorCalls(ParallelTensorCalls, _StoreBase):
     # Device tensors
 
     def get_tensor_into_cuda(self, key: str, tensor: Any) -> int:
-        """Copy the payload of ``key``'s tensor into the CUDA tensor ``tensor`` (same dtype
-        and element count); the bytes copied, or a negative code: OBJECT_NOT_FOUND (-704),
-        INVALID_PARAMS (-600) for a mismatch, a tensor not on a CUDA device, or a machine
-        without CUDA (upstream's non-CUDA builds answer -600 too)."""
+        """Copy the payload of ``key``'s tensor into ``tensor`` (same dtype and element count;
+        a CUDA tensor, or a host one as upstream also accepts); the bytes copied, or a
+        negative code: OBJECT_NOT_FOUND (-704), INVALID_PARAMS (-600) for a mismatch or
+        something that is not a tensor."""
         return self.batch_get_tensor_into_cuda([key], [tensor])[0]
 
     def batch_get_tensor_into_cuda(
         self, keys: Sequence[str], tensors_list: Sequence[Any]
     ) -> list[int]:
         """:meth:`get_tensor_into_cuda` for each key, with one lookup."""
-        import torch  # only this call needs torch
-
-        if len(keys) != len(tensors_list) or not torch.cuda.is_available():
+        if len(keys) != len(tensors_list):
             return [INVALID] * len(keys)
         sources = self.batch_get_tensor(keys)
         out = []
@@ -419,13 +417,12 @@ class TensorCalls(ParallelTensorCalls, _StoreBase):
                 out.append(NOT_FOUND)
             elif (
                 not is_tensor(target)
-                or not target.is_cuda
                 or target.dtype != source.dtype
                 or target.numel() != source.numel()
             ):
                 out.append(INVALID)
             else:
-                target.view(-1).copy_(source.reshape(-1))  # host -> device, one copy
+                target.view(-1).copy_(source.reshape(-1))  # one copy (host -> device on CUDA)
                 out.append(source.numel() * source.element_size())
         return out
 
