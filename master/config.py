@@ -193,7 +193,7 @@ class MasterConfig:
     metrics_port: int = _opt(
         9003,
         "int",
-        "HTTP port of /metrics and /health; 0 picks one, -1 disables.",
+        "HTTP port of /metrics, /health and upstream's admin paths; 0 picks one, -1 disables.",
         InRange(-1, 65535),
     )
     fast_rpc_port: int = _opt(

@@ -1,6 +1,6 @@
-"""Observability: Prometheus metrics at ``/metrics``, a JSON ``/health`` and upstream's
-``/get_all_segments`` (one mounted segment name per line, which SGLang's ``check_server`` and
-upstream's tools read) on ``--metrics_port``.
+"""Observability: Prometheus metrics at ``/metrics`` and upstream's HTTP admin paths
+(:mod:`.http_admin`: ``/health``, ``/metrics/summary``, ``/get_all_segments`` which SGLang's
+``check_server`` reads, key and segment queries, remove-all) on ``--metrics_port``.
 
 Metric names follow upstream Mooncake's where they exist (``master_key_count``,
 ``master_allocated_bytes``, ``master_total_capacity_bytes``, ``master_active_clients``,
@@ -8,13 +8,13 @@ Metric names follow upstream Mooncake's where they exist (``master_key_count``,
 session metrics. Gauges and counters are read from the service when scraped, so serving a
 request costs nothing but one counter increment (:class:`RpcCounters`).
 
-The HTTP endpoint runs on its own thread (``http.server``), so a scrape never waits for the
-event loop; the service's lock keeps what it reads consistent.
+The HTTP endpoint runs on its own threads (``http.server``), so a scrape never waits for the
+event loop; the service's lock keeps what it reads consistent, and no path holds it for long.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import re
 import selectors
 import socket
@@ -27,9 +27,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .service.facade import SERVICE_VERSION, MasterService
+from .http_admin import TEXT, AdminApi, Reply
+from .service.facade import MasterService
+from .transport.auth import TokenAuthority
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = TEXT
+
+log = logging.getLogger(__name__)
 
 
 def snake_case(rpc: str) -> str:
@@ -115,6 +119,16 @@ _STATS_METRICS = {
     ),
     "released_objects": ("master_released_key_count", "Objects removed by releases.", "counter"),
     "released_bytes": ("master_released_bytes", "Bytes freed by releases.", "counter"),
+    "replicated_objects": (
+        "master_replicated_objects",
+        "Objects copied or moved to other segments by replica tasks.",
+        "counter",
+    ),
+    "replicated_bytes": (
+        "master_replicated_bytes",
+        "Bytes written into other segments by replica tasks.",
+        "counter",
+    ),
 }
 
 
@@ -137,13 +151,6 @@ class _StoreCollector(Collector):
             )
 
 
-def segment_names_text(service: MasterService) -> str:
-    """Upstream's ``/get_all_segments`` body: each mounted segment's name on its own line
-    (a name several segments share appears once). O(segments)."""
-    names = dict.fromkeys(info.name for info, _, _, _ in service.segment_usage())
-    return "".join(f"{name}\n" for name in names)
-
-
 class _MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's backlog of 5 makes a connection beyond it wait for a SYN retry (a second)
@@ -151,38 +158,112 @@ class _MetricsHTTPServer(ThreadingHTTPServer):
     request_queue_size = 64
 
 
+REQUEST_TIMEOUT_S = 30.0
+"""Longest a connection may stay silent (request not sent, answer not read) before it is
+dropped, so a stalled client cannot keep a serving thread forever."""
+
+MAX_REQUEST_BODY = 1 << 20
+"""Largest request body accepted (no path reads one; it is read and discarded so that closing
+the connection does not reset it under the client before it reads the answer)."""
+
+
 class MetricsServer:
-    """``/metrics``, ``/health`` and ``/get_all_segments`` over HTTP on a background thread.
+    """The metrics port: ``/metrics``, upstream's admin paths (:mod:`.http_admin`), over HTTP on
+    a background thread.
+
+    Each request is answered on a thread of its own (``ThreadingHTTPServer``), so a slow
+    request or a slow reader never delays a scrape; no path holds the service lock for long
+    (see :mod:`.http_admin`).
 
     Args:
         service: the service to report on.
         rpcs: per-RPC counters filled by the call pipeline.
         host: address to listen on.
         port: 0 picks a free port.
+        authority: the master's tokens; by default read from ``service.config.auth_tokens_file``
+            (None when it names none: no path then needs a token).
+
+    Raises:
+        ConfigError: the tokens file cannot be read.
+        OSError: the address cannot be bound.
     """
 
-    def __init__(self, service: MasterService, rpcs: RpcCounters, host: str, port: int) -> None:
+    def __init__(
+        self,
+        service: MasterService,
+        rpcs: RpcCounters,
+        host: str,
+        port: int,
+        authority: TokenAuthority | None = None,
+    ) -> None:
         registry = CollectorRegistry()
         registry.register(_StoreCollector(service, rpcs))
+        tokens_file = service.config.auth_tokens_file
+        if authority is None and tokens_file:
+            authority = TokenAuthority.from_file(tokens_file)
+        api = AdminApi(service, rpcs, lambda: generate_latest(registry), authority)
+        self.api = api
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                if self.path.split("?")[0] == "/metrics":
-                    self._reply(200, CONTENT_TYPE, generate_latest(registry))
-                elif self.path.split("?")[0] == "/health":
-                    body = {"status": "ok", "service_ready": True, "version": SERVICE_VERSION}
-                    self._reply(200, "application/json", json.dumps(body).encode())
-                elif self.path.split("?")[0] == "/get_all_segments":
-                    self._reply(200, CONTENT_TYPE, segment_names_text(service).encode())
-                else:
-                    self._reply(404, "text/plain", b"not found\n")
+            timeout = REQUEST_TIMEOUT_S
 
-            def _reply(self, status: int, content_type: str, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self._serve("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._serve("POST")
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self._serve("PUT")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._serve("DELETE")
+
+            def do_PATCH(self) -> None:  # noqa: N802
+                self._serve("PATCH")
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                self._serve("HEAD")
+
+            def _serve(self, method: str) -> None:
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if length < 0:
+                    self._send(Reply(400, "text/plain", b"bad Content-Length\n"), method)
+                    return
+                if length > MAX_REQUEST_BODY:
+                    self._send(Reply(413, "text/plain", b"request body too large\n"), method)
+                    return
+                if length:
+                    self.rfile.read(length)
+                try:
+                    reply = api.handle(method, self.path, self.headers.get("Authorization"))
+                except Exception:  # a bug must not kill the port: answer 500 and say why
+                    log.exception("admin path %s failed", self.path.split("?")[0])
+                    reply = Reply(500, "text/plain", b"internal error\n")
+                self._send(reply, method)
+
+            def _send(self, reply: Reply, method: str) -> None:
+                self.send_response(reply.status)
+                self.send_header("Content-Type", reply.content_type)
+                for name, value in reply.headers:
+                    self.send_header(name, value)
+                if isinstance(reply.body, bytes):
+                    self.send_header("Content-Length", str(len(reply.body)))
+                    self.end_headers()
+                    if method != "HEAD":
+                        self.wfile.write(reply.body)
+                    return
+                # Streamed: the end of the body is the end of the connection (HTTP/1.0).
+                self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    for part in reply.body:
+                        self.wfile.write(part)
+                except OSError:  # the reader went away (or stalled past the timeout)
+                    self.close_connection = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 return  # scrapes are frequent; they are not news

@@ -65,6 +65,7 @@ class MasterServer:
         authority = (
             TokenAuthority.from_file(config.auth_tokens_file) if config.auth_tokens_file else None
         )
+        self._authority = authority
         self._pipeline = CallPipeline(self.service, authority, RpcCounters())
 
     @property
@@ -124,6 +125,7 @@ class MasterServer:
                 self._pipeline.counters,
                 self.config.rpc_address,
                 self.config.metrics_port,
+                authority=self._authority,
             )
             self.metrics_port = self._metrics.port
         if self.config.fast_rpc_port >= 0:

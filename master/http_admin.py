@@ -1,0 +1,446 @@
+"""Upstream's HTTP admin paths on the metrics port: probes, key and segment queries, remove-all.
+
+:class:`AdminApi` turns one HTTP request (method, target, ``Authorization`` header) into one
+:class:`Reply`; :class:`~mooncake_py.master.metrics.MetricsServer` runs it on its HTTP thread.
+Paths, methods, query parameters, bodies and content types follow upstream's
+``master_admin_service.cpp`` and its HTTP service documentation:
+
+======================================  ======  ==================================================
+path                                    method  answer
+======================================  ======  ==================================================
+``/metrics``                            GET     Prometheus text
+``/metrics/summary``                    GET     one line: role, state, readiness, master={...}
+``/health``                             GET     ``{status, role, ha_state, service_ready}``
+``/role``, ``/ha_status``               GET     ``leader``, ``serving`` (text)
+``/leader``                             GET     ``{"present":false}`` (no HA: no leader view)
+``/version``                            GET     ``{version, display_version}``
+``/get_all_keys``                       GET     the tenant's keys, one per line (streamed)
+``/query_key?key=K``                    GET     ``{"success":true,"data":[descriptor...]}``
+``/batch_query_keys?keys=K1,K2``        GET     ``{"success":true,"data":{K:{ok,values|error}}}``
+``/get_all_segments``                   GET     mounted segment names, one per line
+``/get_segments_detail``                GET     ``{total_segments, segments:[...]}``
+``/query_segment?segment=S``            GET     ``S\\nUsed(bytes): U\\nCapacity(bytes) : C\\n``
+``/api/v1/segments/status?segment=S``   GET     ``{success, segment, status, status_name, ...}``
+``/api/v1/remove_all?force=&tenant_id=``  POST  ``{"success":true,"removed_count":N}``
+======================================  ======  ==================================================
+
+A descriptor is upstream's ``{"size_", "buffer_address_", "protocol_", "transport_endpoint_"}``.
+JSON errors are upstream's ``{"success":false,"error_code":N,"error_message":"NAME"}`` (or
+``{"success":false,"error":"..."}`` where upstream uses that shape): 400 for bad input
+(INVALID_PARAMS: a missing parameter, a value that is not UTF-8 once percent-decoded, a key
+longer than 4096 bytes), 404 for what does not exist. An unknown path answers 404, a known path
+asked with another method 405 (with ``Allow``); a request line over 64 KiB gets http.server's 414.
+
+**Where this differs from upstream, and why.**
+
+- Probes hold nothing: ``/query_key`` and ``/batch_query_keys`` describe replicas without
+  granting a read lease or an existence hold and without renewing recency (upstream's
+  ``/query_key`` grants a lease through ``GetReplicaList``). Right after a query the object can
+  be removed without ``force``. See :mod:`~mooncake_py.master.service.admin_queries`.
+- No HA: the master is always the serving leader (``role=leader``, ``ha_state=serving``,
+  upstream's strings for a serving master), ``/leader`` reports no leader view, and
+  ``leader_address`` / ``view_version`` are left out of ``/health``, as upstream does without one.
+- Tokens: with ``--auth_tokens_file`` the key paths, the segment paths (but
+  ``/get_all_segments``, the names SGLang's ``check_server`` polls without a token) and
+  remove-all need
+  ``Authorization: Bearer <token>`` (401 without a known one) and act for the token's tenant
+  only: its keys alone are listed and described, remove-all removes its objects alone, and a
+  ``tenant_id`` naming another tenant is refused (403). Segments belong to no tenant: a valid
+  token sees them all. The probes (``/metrics``, ``/metrics/summary``, ``/health``, ``/role``,
+  ``/ha_status``, ``/leader``, ``/version``) stay open. Without tokens the key paths act on the
+  default tenant (as upstream), and remove-all honours ``tenant_id`` with multi-tenancy on
+  (none: every tenant, as upstream).
+- ``/batch_query_keys`` splits the raw parameter on ``,`` before percent-decoding each part,
+  so a key holding a comma can be asked for as ``%2C``.
+- ``/query_segment`` answers 400 for a missing ``segment`` and 404 for an unknown one (upstream:
+  500 "Failed to query segment" for both).
+- Remove-all works in slices (:meth:`MasterService.remove_all_sliced`, driven on the HTTP
+  thread), so other callers are served while it runs; it is not one transaction (see
+  :mod:`~mooncake_py.master.service.removal`).
+- ``/get_all_keys`` is streamed (no ``Content-Length``; the connection closes at its end): its
+  size is not capped, and the master holds its lock only for the snapshot.
+
+Thread-safety: an :class:`AdminApi` is immutable after construction; :meth:`AdminApi.handle` may
+run on many HTTP threads at once (every state access takes the service lock as described in
+:mod:`~mooncake_py.master.service.admin_queries`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus
+
+from mooncake_py import __version__
+from mooncake_py.errors import ErrorCode
+from mooncake_py.types import valid_tenant_id
+from mooncake_py.units import ConfigError, parse_bool
+
+from .service.admin_queries import AdminQueries, BufferDescriptor, Description
+from .service.context import DEFAULT_TENANT
+from .service.facade import SERVICE_VERSION, MasterService
+from .service.slices import drive
+from .transport.auth import Denial, TokenAuthority
+
+if TYPE_CHECKING:
+    from .metrics import RpcCounters
+
+JSON = "application/json; charset=utf-8"
+TEXT = "text/plain; version=0.0.4; charset=utf-8"
+PLAIN = "text/plain; charset=utf-8"
+
+ROLE = "leader"
+HA_STATE = "serving"
+"""Upstream's role and state strings for a serving master (``MasterRuntimeState::kServing``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reply:
+    """One HTTP answer.
+
+    Attributes:
+        status: the HTTP status code.
+        content_type: the ``Content-Type`` header.
+        body: the whole body, or an iterator of its parts (streamed: no ``Content-Length``).
+        headers: extra headers.
+    """
+
+    status: int
+    content_type: str
+    body: bytes | Iterator[bytes]
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class _BadRequest(Exception):
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.status)
+        self.reply = reply
+
+
+def _json(status: int, payload: Any) -> Reply:
+    return Reply(status, JSON, json.dumps(payload, separators=(",", ":")).encode())
+
+
+def error_reply(status: int, code: ErrorCode, message: str = "") -> Reply:
+    """Upstream's ``{"success":false,"error_code":N,"error_message":...}`` (the code's name
+    when no message is given)."""
+    body = {"success": False, "error_code": int(code), "error_message": message or code.name}
+    return _json(status, body)
+
+
+def simple_error(status: int, message: str) -> Reply:
+    """Upstream's ``{"success":false,"error":...}``."""
+    return _json(status, {"success": False, "error": message})
+
+
+def _text(status: int, text: str, content_type: str = TEXT) -> Reply:
+    return Reply(status, content_type, text.encode("utf-8", "backslashreplace"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Request:
+    query: tuple[tuple[str, str], ...]  # (decoded name, raw value), in order
+    tenant: str  # the effective tenant of key queries
+    token_tenant: str | None  # the token's tenant when tokens are required
+
+    def raw(self, name: str) -> str | None:
+        """The first raw (still percent-encoded) value of ``name``, or None."""
+        for key, value in self.query:
+            if key == name:
+                return value
+        return None
+
+    def param(self, name: str) -> str | None:
+        """The first value of ``name``, percent-decoded as UTF-8, or None when absent.
+
+        Raises:
+            _BadRequest: the decoded bytes are not UTF-8 (400).
+        """
+        value = self.raw(name)
+        return None if value is None else _decode(name, value)
+
+
+def _decode(name: str, raw: str) -> str:
+    try:
+        return unquote_plus(raw, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        message = f"query parameter {name!r} is not valid UTF-8"
+        raise _BadRequest(error_reply(400, ErrorCode.INVALID_PARAMS, message)) from None
+
+
+def _parse_query(query: str) -> tuple[tuple[str, str], ...]:
+    pairs: list[tuple[str, str]] = []
+    for part in query.split("&"):
+        if part:
+            name, _, value = part.partition("=")
+            pairs.append((_decode("name", name), value))
+    return tuple(pairs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Route:
+    method: str
+    handler: Callable[[_Request], Reply]
+    guarded: bool  # needs a token when the master requires tokens
+
+
+class AdminApi:
+    """The admin paths of one master (see the module docstring for each path's contract).
+
+    Args:
+        service: the master's service.
+        rpcs: per-RPC counters (for ``/metrics/summary``; remove-all counts as ``RemoveAll``).
+        metrics_text: renders ``/metrics``.
+        authority: the master's tokens, or None when it requires none.
+    """
+
+    def __init__(
+        self,
+        service: MasterService,
+        rpcs: RpcCounters,
+        metrics_text: Callable[[], bytes],
+        authority: TokenAuthority | None,
+    ) -> None:
+        self._service = service
+        self._rpcs = rpcs
+        self._metrics_text = metrics_text
+        self._authority = authority
+        self._multi_tenant = service.context.tenants.multi_tenant
+        self._max_batch = service.config.max_batch_keys
+        self.queries = AdminQueries(service.context)
+        get, post = "GET", "POST"
+        self._routes: dict[str, _Route] = {
+            "/metrics": _Route(get, lambda _: Reply(200, TEXT, metrics_text()), False),
+            "/metrics/summary": _Route(get, self._summary, False),
+            "/health": _Route(get, self._health, False),
+            "/role": _Route(get, lambda _: _text(200, ROLE, PLAIN), False),
+            "/ha_status": _Route(get, lambda _: _text(200, HA_STATE, PLAIN), False),
+            "/leader": _Route(get, lambda _: _json(200, {"present": False}), False),
+            "/version": _Route(get, self._version, False),
+            "/get_all_keys": _Route(get, self._all_keys, True),
+            "/query_key": _Route(get, self._query_key, True),
+            "/batch_query_keys": _Route(get, self._batch_query_keys, True),
+            # Open: SGLang's check_server polls it without a token.
+            "/get_all_segments": _Route(get, self._all_segments, False),
+            "/get_segments_detail": _Route(get, self._segments_detail, True),
+            "/query_segment": _Route(get, self._query_segment, True),
+            "/api/v1/segments/status": _Route(get, self._segment_status, True),
+            "/api/v1/remove_all": _Route(post, self._remove_all, True),
+        }
+
+    def handle(self, method: str, target: str, authorization: str | None) -> Reply:
+        """Answer one request.
+
+        Args:
+            method: the HTTP method.
+            target: the request target (path and query string).
+            authorization: the ``Authorization`` header, if any.
+
+        Returns:
+            The reply; never raises for bad input (400, 401, 403, 404, 405 replies).
+
+        Complexity: that of the path's query (see the module docstring); remove-all runs
+        every slice before it returns.
+        """
+        path, _, query = target.partition("?")
+        route = self._routes.get(path)
+        if route is None:
+            return _text(404, "not found\n", PLAIN)
+        if method != route.method:
+            reply = _text(405, f"method {method} not allowed; use {route.method}\n", PLAIN)
+            return dataclasses.replace(reply, headers=(("Allow", route.method),))
+        token_tenant = None
+        if route.guarded and self._authority is not None:
+            token_tenant = self._authority.tenant_of_header(authorization)
+            if token_tenant is None:
+                reply = simple_error(401, Denial.UNAUTHENTICATED.value)
+                return dataclasses.replace(reply, headers=(("WWW-Authenticate", "Bearer"),))
+        try:
+            request = _Request(_parse_query(query), token_tenant or DEFAULT_TENANT, token_tenant)
+            return route.handler(request)
+        except _BadRequest as bad:
+            return bad.reply
+
+    # -- probes ------------------------------------------------------------------------------
+
+    def _health(self, _: _Request) -> Reply:
+        body = {"status": "ok", "role": ROLE, "ha_state": HA_STATE, "service_ready": True}
+        return _json(200, body)
+
+    def _version(self, _: _Request) -> Reply:
+        return _json(200, {"version": SERVICE_VERSION, "display_version": __version__})
+
+    def _summary(self, _: _Request) -> Reply:
+        line = f"role={ROLE}, state={HA_STATE}, service_ready=true, master={{{self._master()}}}"
+        return _text(200, line + ", ha={}")
+
+    def _master(self) -> str:
+        stats = self._service.stats()
+        requests, failures = dict(self._rpcs.requests), dict(self._rpcs.failures)
+
+        def ratio(*rpcs: str) -> str:
+            total = sum(requests.get(r, 0) for r in rpcs)
+            return f"{total - sum(failures.get(r, 0) for r in rpcs)}/{total}"
+
+        used, capacity = stats["allocated_bytes"], stats["capacity_bytes"]
+        storage = f"Storage: {_bytes(used)} / {_bytes(capacity)}"
+        if capacity:
+            storage += f" ({used / capacity * 100:.1f}%)"
+        parts = [
+            storage,
+            f"Keys: {stats['objects']}",
+            f"Clients: {stats['active_clients']}",
+            "Requests (Success/Total): "
+            + ", ".join(
+                [
+                    f"PutStart={ratio('PutStart', 'BatchPutStart')}",
+                    f"PutEnd={ratio('PutEnd', 'BatchPutEnd')}",
+                    f"PutRevoke={ratio('PutRevoke', 'BatchPutRevoke')}",
+                    f"Get={ratio('GetReplicaList', 'BatchGetReplicaList')}",
+                    f"Exist={ratio('ExistKey', 'BatchExistKey')}",
+                    f"Del={ratio('Remove', 'BatchRemove')}",
+                    f"DelAll={ratio('RemoveAll')}",
+                    f"Ping={ratio('Ping')}",
+                ]
+            ),
+            f"Eviction: passes={stats['eviction_passes']}, keys={stats['evicted_objects']}, "
+            f"size={_bytes(stats['evicted_bytes'])}",
+            f"Sessions: {stats['sessions']} (pinned: {stats['pinned_sessions']})",
+        ]
+        return " | ".join(parts)
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def _all_keys(self, request: _Request) -> Reply:
+        chunks = self.queries.key_chunks(request.tenant)  # the snapshot is taken here
+        return Reply(200, TEXT, _key_lines(chunks))
+
+    def _query_key(self, request: _Request) -> Reply:
+        key = request.param("key")
+        if not key:
+            return error_reply(400, ErrorCode.INVALID_PARAMS, "Missing key query parameter")
+        found = self.queries.describe(request.tenant, key)
+        if found.code != ErrorCode.OK:
+            # Upstream answers 404 for every failed lookup; a malformed key is bad input.
+            return error_reply(400 if found.code == ErrorCode.INVALID_PARAMS else 404, found.code)
+        return _json(200, {"success": True, "data": [_descriptor(d) for d in found.replicas]})
+
+    def _batch_query_keys(self, request: _Request) -> Reply:
+        raw = request.raw("keys")
+        keys = [_decode("keys", part) for part in raw.split(",")] if raw else []
+        if not keys:
+            return simple_error(400, "No keys provided. Use ?keys=key1,key2,...")
+        if len(keys) > self._max_batch:
+            return simple_error(400, f"Too many keys: at most {self._max_batch} per request")
+        found = drive(self.queries.describe_sliced(request.tenant, keys))
+        data: dict[str, dict[str, Any]] = {}
+        for key, description in zip(keys, found, strict=True):
+            data.setdefault(key, _batch_item(description))
+        # Upstream's answer is a std::map: keys in sorted order, each once.
+        return _json(200, {"success": True, "data": dict(sorted(data.items()))})
+
+    # -- segments ----------------------------------------------------------------------------
+
+    def _all_segments(self, _: _Request) -> Reply:
+        return _text(200, "".join(f"{name}\n" for name in self.queries.segment_names()))
+
+    def _segments_detail(self, _: _Request) -> Reply:
+        details = self.queries.segments()
+        segments = [
+            {
+                "segment_name": d.name,
+                "segment_id": d.segment_id,
+                "client_id": d.client_id,
+                "base_address": f"0x{d.base:x}",
+                "size_bytes": d.size,
+                "size_human": f"{d.size / (1 << 30):g} GiB",
+                "te_endpoint": d.te_endpoint,
+                "protocol": d.protocol,
+                "status": d.status.name,
+                "allocator_used_bytes": d.used_bytes,
+                "allocator_capacity_bytes": d.capacity_bytes,
+                "allocator_usage_percent": (
+                    d.used_bytes / d.capacity_bytes * 100.0 if d.capacity_bytes else 0.0
+                ),
+            }
+            for d in details
+        ]
+        return _json(200, {"total_segments": len(segments), "segments": segments})
+
+    def _query_segment(self, request: _Request) -> Reply:
+        name = request.param("segment")
+        if not name:
+            return _text(400, "Missing segment query parameter\n")
+        usage = self.queries.segment_usage(name)
+        if usage is None:
+            return _text(404, f"Failed to query segment: {ErrorCode.SEGMENT_NOT_FOUND.name}\n")
+        used, capacity = usage
+        return _text(200, f"{name}\nUsed(bytes): {used}\nCapacity(bytes) : {capacity}\n")
+
+    def _segment_status(self, request: _Request) -> Reply:
+        name = request.param("segment")
+        if not name:
+            return error_reply(400, ErrorCode.INVALID_PARAMS, "Missing segment query parameter")
+        status = self.queries.segment_status(name)
+        if status is None:
+            return error_reply(404, ErrorCode.SEGMENT_NOT_FOUND)
+        body = {
+            "success": True,
+            "segment": name,
+            "status": int(status),
+            "status_name": status.name,
+            "error_code": 0,
+            "error_message": "",
+        }
+        return _json(200, body)
+
+    # -- removal -----------------------------------------------------------------------------
+
+    def _remove_all(self, request: _Request) -> Reply:
+        force_text = request.param("force")
+        try:
+            force = parse_bool(force_text, "force") if force_text else False
+        except ConfigError as exc:
+            return error_reply(400, ErrorCode.INVALID_PARAMS, str(exc))
+        named = request.param("tenant_id") or ""
+        if request.token_tenant is not None:
+            if named and named != request.token_tenant:
+                return simple_error(403, Denial.PERMISSION_DENIED.value)
+            tenant = request.token_tenant  # never "": that would mean every tenant
+        else:
+            if named and self._multi_tenant and not valid_tenant_id(named):
+                return error_reply(400, ErrorCode.INVALID_PARAMS, f"invalid tenant_id {named!r}")
+            tenant = named  # "" with multi-tenancy: every tenant, as upstream
+        removed = drive(self._service.remove_all_sliced(tenant, force))
+        self._rpcs.record("RemoveAll", False)
+        return _json(200, {"success": True, "removed_count": removed})
+
+
+def _key_lines(chunks: Iterable[list[str]]) -> Iterator[bytes]:
+    for chunk in chunks:
+        yield ("\n".join(chunk) + "\n").encode("utf-8", "backslashreplace")
+
+
+def _descriptor(d: BufferDescriptor) -> dict[str, Any]:
+    return {
+        "size_": d.size,
+        "buffer_address_": d.buffer_address,
+        "protocol_": d.protocol,
+        "transport_endpoint_": d.transport_endpoint,
+    }
+
+
+def _batch_item(description: Description) -> dict[str, Any]:
+    if description.code != ErrorCode.OK:
+        return {"ok": False, "error": description.code.name}
+    return {"ok": True, "values": [_descriptor(d) for d in description.replicas]}
+
+
+def _bytes(count: float) -> str:
+    """Upstream's summary style: two decimals and the largest unit that fits."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.2f} {unit}"
+    return f"{count:.2f} B"
