@@ -47,7 +47,7 @@ from mooncake_py.types import ReplicateConfig, SegmentInfo, SoftPinAction
 BATCH = 10_000
 ALIGN = 64
 FILL = 0.93  # how full the N objects leave the store: just over the 0.90 watermark
-STALL_BUDGET_MS = 20.0  # the bound on how long one pass may hold other RPCs
+STALL_BUDGET_MS = 20.0  # the bound on how long one pass may hold other RPCs
 
 
 def _log(message: str) -> None:

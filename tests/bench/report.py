@@ -394,7 +394,7 @@ def values_text(sizes: Sequence[int], counts: dict[int, int]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Targets (issue 3)
+# Targets
 
 
 def _ratio_check(rows: dict[str, dict[str, Any]], row_id: str, need: float) -> dict[str, Any]:
@@ -468,7 +468,7 @@ def _pressure_check(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each target of issue 3: its checks and MET / NOT MET / NOT MEASURED."""
+    """Each performance target: its checks and MET / NOT MET / NOT MEASURED."""
     rows = {row["id"]: row for row in results["rows"]}
     targets = [
         (
@@ -543,7 +543,7 @@ def context_lines(results: dict[str, Any]) -> list[str]:
 
 
 def targets_lines(targets: list[dict[str, Any]], context: Sequence[str] = ()) -> list[str]:
-    lines = ["Targets (issue 3)"]
+    lines = ["Targets"]
     for target in targets:
         lines.append(f"[{target['status']}] {target['target']}")
         for check in target["checks"]:

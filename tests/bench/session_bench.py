@@ -4,7 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m tests.bench.session_bench [--quick] [--json PATH]
 
-One run measures the four figures of the issue's "Performance" section:
+One run measures four figures:
 
 1. **Pin/unpin latency** through the real client API (``pin_kv_session`` /
    ``unpin_kv_session`` of a :class:`MooncakeDistributedStore` in this process) against a
@@ -12,7 +12,7 @@ One run measures the four figures of the issue's "Performance" section:
    with a big one (100,000 members, written with tagged ``put_batch`` calls of tiny values,
    1,000 keys per call). The two sessions are interleaved call by call (the order flips every
    iteration) so that drift and bursts of load on the machine hit both alike; the report gives
-   p50/p99 of each and the big/small ratios (the issue's target: within 1.2x), pooled and as
+   p50/p99 of each and the big/small ratios (the target: within 1.2x), pooled and as
    the median of per-round ratios. The same comparison is also made in process, on the memory
    build of (3), without sockets: the master's own share of a call.
 2. **Attach throughput**: the big session's keys attached to fresh sessions with
@@ -80,7 +80,7 @@ INSERT_BATCH = 10_000
 EVICT_VALUE_BYTES = 4096
 EVICT_SEGMENTS = 16
 FILL = 0.93  # how full the objects leave the eviction store: just over the 0.90 watermark
-PIN_RATIO_TARGET = 1.2  # the bound on big/small pin latency
+PIN_RATIO_TARGET = 1.2  # the bound on big/small pin latency
 SLICE_BUDGET_MS = 20.0  # longest lock hold of one eviction slice we flag
 TENANT = ""  # the default tenant
 RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)

@@ -33,8 +33,8 @@ and the run keeps what A's segment holds under a budget (:mod:`.plan`). Every va
 stamp-checked and one call per command is compared byte for byte.
 
 The report (stdout) gives each figure, upstream's, the ratio (or "no difference" when it is
-inside the run's noise), the matching limit and the fraction reached, then the targets of issue
-3. The JSON record (default ``bench-results/store-bench-<timestamp>.json``) holds every figure
+inside the run's noise), the matching limit and the fraction reached, then the performance
+targets. The JSON record (default ``bench-results/store-bench-<timestamp>.json``) holds every figure
 plus the machine and both implementations' package versions. Every process started is stopped
 by its pid at the end, also on error.
 """
