@@ -13,34 +13,15 @@ from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.errors import ErrorCode
 from mooncake_py.master.state.objects import MAX_KEY_BYTES
 from mooncake_py.testing import InProcessMaster
-from mooncake_py.types import ReplicateConfig, SegmentInfo
+from tests.integration.test_master_fairness import _fill
 
 
 @pytest.fixture
 def master() -> Iterator[InProcessMaster]:
-    # No timers: the filler "client" below never pings, and must not be reaped.
+    # No timers: the filler "client" never pings, and must not be reaped.
     with InProcessMaster(background=False) as running:
         yield running
         running.service.check()
-
-
-def _fill(master: InProcessMaster, keys: list[str]) -> None:
-    service = master.service
-    segment = SegmentInfo(
-        id="seg-fill",
-        name="fill",
-        base=0x1000,
-        size=1 << 30,
-        te_endpoint="127.0.0.1:1",
-        host_id="host-fill",
-        shm_path="",
-    )
-    assert service.mount_segment("filler", segment) == ErrorCode.OK
-    for start in range(0, len(keys), 1000):
-        batch = keys[start : start + 1000]
-        results = service.batch_put_start("filler", "", batch, [64] * len(batch), ReplicateConfig())
-        assert all(r.code == ErrorCode.OK for r in results)
-        assert service.batch_put_end("filler", "", batch) == [ErrorCode.OK] * len(batch)
 
 
 def test_removal_over_the_wire(master: InProcessMaster) -> None:
