@@ -43,10 +43,12 @@ from .api import Client
 from .buffer_handle import BufferHandle
 from .buffers import bytes_view, parts_views
 from .compat_ranged import RangedTransfers
+from .compat_setup import join, open_client, setup_values
 from .compat_standalone import StandaloneCalls
 from .compat_tasks import TaskTransfers
 from .compat_tensor import TensorCalls
 from .config import ClientConfig
+from .embedded_master import EmbeddedMaster
 from .replica_desc import ReplicaDescriptor
 from .results import BatchResult
 
@@ -59,16 +61,6 @@ _PROBE_POLICIES = {
     "None": ProbeLeaseMode.NONE,
     "LastHitOnly": ProbeLeaseMode.LAST_HIT_ONLY,
 }
-
-_POSITIONAL_SETUP = (
-    "local_hostname",
-    "metadata_server",
-    "global_segment_size",
-    "local_buffer_size",
-    "protocol",
-    "rdma_devices",
-    "master_server_addr",
-)
 
 
 def _first_error(codes: Sequence[int]) -> int:
@@ -83,6 +75,10 @@ def _counts(codes: list[int], values: Sequence[int | None]) -> list[int]:
 class _DropInStore:
     """Every call of :class:`MooncakeDistributedStore` but the ranged transfers."""
 
+    # Setup state beside ``client``, set by setup and cleared by close.
+    _setup_failed: bool = False
+    _embedded_master: EmbeddedMaster | None = None
+
     def __init__(self) -> None:
         self.client: Client | None = None
         self._lock = threading.Lock()
@@ -94,49 +90,53 @@ class _DropInStore:
         """Join the store; returns 0 or a negative code.
 
         Forms (as upstream): ``setup(local_hostname, metadata_server, global_segment_size,
-        local_buffer_size, protocol, rdma_devices, master_server_addr, engine=None,
-        enable_ssd_offload=False, ssd_offload_path="", tenant_id="default", ...)``;
-        ``setup(config_dict)``; and ``setup()``, which reads ``MOONCAKE_CONFIG_PATH`` or the
-        ``MOONCAKE_*`` environment variables.
-        """
-        try:
-            config = self._config_from_setup_args(args, kwargs)
-        except MooncakeError as exc:
-            return exc.code
-        return self.setup_with_config(config)
+        local_buffer_size, protocol, rdma_devices, master_server_addr, engine=None, ...,
+        tenant_id="default", ..., enable_standalone=False)``; ``setup(config_dict)``; and
+        ``setup()``, which reads ``MOONCAKE_CONFIG_PATH`` or the ``MOONCAKE_*`` variables.
+        ``enable_standalone`` (or ``MOONCAKE_ENABLE_STANDALONE=true``) starts a master in this
+        process (:mod:`~mooncake_py.client.compat_setup`), stopped by :meth:`close`.
 
-    def setup_with_config(self, config: ClientConfig) -> int:
-        """Join the store with an explicit :class:`ClientConfig`; returns 0 or a negative code."""
+        While set up, or after a failed setup, another setup returns INVALID_PARAMS (-600)
+        until :meth:`close`, as upstream.
+
+        Raises:
+            TypeError: the positional form misses an argument or has too many.
+        """
         with self._lock:
-            if self.client is not None:
+            if self.client is not None or self._setup_failed:
                 return INVALID
             try:
-                self.client = Client(config)
+                self.client, self._embedded_master = join(setup_values(args, kwargs))
             except MooncakeError as exc:
+                self._setup_failed = True
                 return exc.code
         return OK
 
-    @staticmethod
-    def _config_from_setup_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> ClientConfig:
-        if not args and not kwargs:
-            return ClientConfig.from_env()
-        if len(args) == 1 and isinstance(args[0], dict) and not kwargs:
-            return ClientConfig.from_mapping(args[0])
-        if len(args) > len(_POSITIONAL_SETUP) + 6:
-            raise TypeError("setup() takes at most 13 positional arguments")
-        values: dict[str, Any] = dict(zip(_POSITIONAL_SETUP, args, strict=False))
-        values.update(kwargs)
-        missing = [name for name in _POSITIONAL_SETUP if name not in values]
-        if missing:
-            raise TypeError(f"setup() missing arguments: {', '.join(missing)}")
-        return ClientConfig.from_mapping(values)
+    def setup_with_config(self, config: ClientConfig) -> int:
+        """Join the store with an explicit :class:`ClientConfig` (its master address; no
+        embedded master); returns 0 or a negative code, and refuses, as :meth:`setup`, while
+        set up or after a failed setup until :meth:`close`."""
+        with self._lock:
+            if self.client is not None or self._setup_failed:
+                return INVALID
+            try:
+                self.client = open_client(config)
+            except MooncakeError as exc:
+                self._setup_failed = True
+                return exc.code
+        return OK
 
     def close(self) -> int:
-        """Leave the store: unmount the segment (its objects are dropped) and stop. Returns 0."""
+        """Leave the store: unmount the segment (its objects are dropped) and stop; then stop
+        the embedded master, if setup started one. Clears a failed setup. Returns 0."""
         with self._lock:
             client, self.client = self.client, None
+            master, self._embedded_master = self._embedded_master, None
+            self._setup_failed = False
         if client is not None:
             client.close()
+        if master is not None:
+            master.stop()
         return OK
 
     def health_check(self) -> int:

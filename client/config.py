@@ -11,7 +11,9 @@ Sources, as upstream's client and ``mooncake_config.py`` read them:
   ``MOONCAKE_TENANT_ID``, ``MOONCAKE_TE_META_DATA_SERVER``).
 
 ``MOONCAKE_TENANT_ID`` and ``MOONCAKE_PY_FORCE_TCP`` apply whichever form is used, unless the
-call sets them explicitly.
+call sets them explicitly. ``enable_standalone`` (a setup argument or key) and
+``MOONCAKE_ENABLE_STANDALONE`` are setup switches, not configuration: see
+:mod:`mooncake_py.client.compat_setup`.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ __all__ = [
     "TIB",
     "ClientConfig",
     "ClientConfigError",
+    "env_enable_standalone",
     "env_force_tcp",
+    "lenient_flag",
+    "setup_values_from_env",
 ]
 
 _T = TypeVar("_T")
@@ -81,7 +86,9 @@ class ClientConfig:
             listens, and (with the service's port) it names the client's segment.
         metadata_server: accepted for compatibility; segments are published through the master.
         global_segment_size: bytes this client contributes (0 = contributes nothing).
-        local_buffer_size: accepted for compatibility; transfers need no staging buffer.
+        local_buffer_size: transfers need no staging buffer, but 0 means none, as upstream: the
+            drop-in store's copying calls (``put``, ``get``, ...) then fail with INVALID_PARAMS
+            and only the zero-copy ones work.
         protocol: accepted for compatibility (``tcp``, ``rdma``); the data path is chosen per
             replica (shared memory on one host, TCP across hosts).
         rdma_devices: accepted for compatibility.
@@ -176,13 +183,7 @@ class ClientConfig:
             ClientConfigError: the file cannot be read, is not a JSON object, or holds an
                 invalid value.
         """
-        try:
-            with open(path, encoding="utf-8") as handle:
-                values = json.load(handle)
-        except (OSError, ValueError) as exc:
-            raise ClientConfigError(f"cannot read config file {path}: {exc}") from exc
-        if not isinstance(values, dict):
-            raise ClientConfigError(f"config file {path} must hold a JSON object")
+        values = _read_json_object(path)
         return cls.from_mapping(values)
 
     @classmethod
@@ -192,20 +193,57 @@ class ClientConfig:
         Raises:
             ClientConfigError: as :meth:`from_file` and :meth:`from_mapping`.
         """
-        path = os.environ.get("MOONCAKE_CONFIG_PATH")
-        if path:
-            return cls.from_file(path)
-        env = os.environ
-        values = {
-            "master_server_addr": env.get("MOONCAKE_MASTER"),
-            "local_hostname": env.get("MOONCAKE_LOCAL_HOSTNAME"),
-            "metadata_server": env.get("MOONCAKE_TE_META_DATA_SERVER"),
-            "global_segment_size": env.get("MOONCAKE_GLOBAL_SEGMENT_SIZE"),
-            "local_buffer_size": env.get("MOONCAKE_LOCAL_BUFFER_SIZE"),
-            "protocol": env.get("MOONCAKE_PROTOCOL"),
-            "tenant_id": env.get("MOONCAKE_TENANT_ID"),
-        }
-        return cls.from_mapping({k: v for k, v in values.items() if v})
+        return cls.from_mapping(setup_values_from_env())
+
+
+def setup_values_from_env() -> dict[str, Any]:
+    """The setup keys ``setup()`` without arguments reads: the JSON object in the file named by
+    ``MOONCAKE_CONFIG_PATH`` if set, else the set ``MOONCAKE_*`` variables.
+
+    Raises:
+        ClientConfigError: the file cannot be read or does not hold a JSON object.
+    """
+    path = os.environ.get("MOONCAKE_CONFIG_PATH")
+    if path:
+        return _read_json_object(path)
+    env = os.environ
+    values = {
+        "master_server_addr": env.get("MOONCAKE_MASTER"),
+        "local_hostname": env.get("MOONCAKE_LOCAL_HOSTNAME"),
+        "metadata_server": env.get("MOONCAKE_TE_META_DATA_SERVER"),
+        "global_segment_size": env.get("MOONCAKE_GLOBAL_SEGMENT_SIZE"),
+        "local_buffer_size": env.get("MOONCAKE_LOCAL_BUFFER_SIZE"),
+        "protocol": env.get("MOONCAKE_PROTOCOL"),
+        "tenant_id": env.get("MOONCAKE_TENANT_ID"),
+    }
+    return {k: v for k, v in values.items() if v}
+
+
+def _read_json_object(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            values = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ClientConfigError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(values, dict):
+        raise ClientConfigError(f"config file {path} must hold a JSON object")
+    return values
+
+
+def lenient_flag(value: object) -> bool:
+    """A setup flag as upstream reads it: a boolean spelling (``true``/``1``/``yes``/``on``,
+    any case) is honoured; anything else, like a missing value, means False (upstream logs a
+    warning and keeps the default instead of failing the setup)."""
+    try:
+        return _read_flag(value, "flag")
+    except ClientConfigError:
+        return False
+
+
+def env_enable_standalone() -> bool:
+    """True when ``MOONCAKE_ENABLE_STANDALONE`` asks for the embedded master (upstream's
+    switch for callers whose ``setup`` has no ``enable_standalone`` argument)."""
+    return lenient_flag(os.environ.get("MOONCAKE_ENABLE_STANDALONE", ""))
 
 
 def env_force_tcp() -> bool:

@@ -165,7 +165,7 @@ class Bench:
         self.payloads: dict[str, int] = {}
         self.master_stderr: collections.deque[str] = collections.deque(maxlen=50)
         self.upstream_master: up.UpstreamMaster | None = None
-        self.sides = [Side(PY, "py")]
+        self.sides = [Side(PY, "py", local_buffer=plan.buffer_bytes() + 16 * MIB)]
         if upstream_venv is not None:
             self.sides.append(
                 Side(

@@ -76,6 +76,12 @@ def __getattr__(name):
         raise AttributeError(f"module 'mooncake.store' has no attribute {name!r}") from None
 '''
 
+SHIM_CONFIG = '''\
+"""Shim: ``mooncake.mooncake_config`` is mooncake-py's."""
+
+from mooncake_py.mooncake_config import *  # noqa: F401,F403
+'''
+
 
 @dataclass
 class Outcome:
@@ -103,6 +109,7 @@ def write_shim(root: Path) -> Path:
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text(SHIM_INIT)
     (package / "store.py").write_text(SHIM_STORE)
+    (package / "mooncake_config.py").write_text(SHIM_CONFIG)
     return root
 
 
