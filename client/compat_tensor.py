@@ -398,10 +398,11 @@ class TensorCalls(ParallelTensorCalls, _StoreBase):
     # Device tensors
 
     def get_tensor_into_cuda(self, key: str, tensor: Any) -> int:
-        """Copy the payload of ``key``'s tensor into ``tensor`` (same dtype and element count;
-        a CUDA tensor, or a host one as upstream also accepts); the bytes copied, or a
-        negative code: OBJECT_NOT_FOUND (-704), INVALID_PARAMS (-600) for a mismatch or
-        something that is not a tensor."""
+        """Copy the payload of ``key``'s tensor into ``tensor`` (contiguous, same dtype and
+        element count; a CUDA tensor, or a host one as upstream also accepts, or an object
+        standing for one); the bytes copied, or a negative code: OBJECT_NOT_FOUND (-704),
+        INVALID_PARAMS (-600) for a mismatch or something that is not a tensor. The payload
+        is read first: a write after the read does not reach ``tensor``."""
         return self.batch_get_tensor_into_cuda([key], [tensor])[0]
 
     def batch_get_tensor_into_cuda(
@@ -415,16 +416,29 @@ class TensorCalls(ParallelTensorCalls, _StoreBase):
         for source, target in zip(sources, tensors_list, strict=True):
             if source is None:
                 out.append(NOT_FOUND)
-            elif (
-                not is_tensor(target)
-                or target.dtype != source.dtype
-                or target.numel() != source.numel()
+            elif not (
+                _tensor_like(target)
+                and target.is_contiguous()
+                and target.dtype == source.dtype
+                and target.numel() == source.numel()
             ):
                 out.append(INVALID)
             else:
+                # The payload was read (and its lease ended) before the destination is looked
+                # at: what lands in it is the object as it was when read.
                 target.view(-1).copy_(source.reshape(-1))  # one copy (host -> device on CUDA)
                 out.append(source.numel() * source.element_size())
         return out
+
+
+def _tensor_like(value: Any) -> bool:
+    """A torch tensor, or an object standing for one as upstream's binding accepts (it asks
+    for ``is_contiguous``, ``dtype``, ``numel`` and ``view``, nothing else)."""
+    if is_tensor(value):
+        return True
+    return all(
+        callable(getattr(value, name, None)) for name in ("is_contiguous", "numel", "view")
+    ) and hasattr(value, "dtype")
 
 
 def _check_ints(*values: Any) -> None:
