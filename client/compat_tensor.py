@@ -206,7 +206,10 @@ class TensorCalls(ParallelTensorCalls, _StoreBase):
     def batch_get_tensor_into(
         self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]
     ) -> list[Any]:
-        """:meth:`get_tensor_into` for each key, with one lookup; per key a tensor or None."""
+        """:meth:`get_tensor_into` for each key, with one lookup; per key a tensor or None,
+        or -600 for every key when the three lists differ in length (as upstream)."""
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
+            return [INVALID] * len(keys)
         io = self._tensor_io()
         return [None] * len(keys) if io is None else io.read_into(keys, buffer_ptrs, sizes)
 

@@ -1,5 +1,6 @@
 """The upsert forms of the tensor-parallel writes replace every shard a key's earlier write
-left; on shared memory and forced TCP (needs torch: ``make test-tensors``)."""
+left, and batch reads of mismatched lists answer codes; on shared memory and forced TCP (needs
+torch: ``make test-tensors``)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,11 @@ def test_async_twin(master: InProcessMaster) -> None:
             await store.close()
 
     assert asyncio.run(run())
+
+
+def test_batch_reads_into_mismatched_lists_answer_codes(
+    stores: tuple[MooncakeDistributedStore, MooncakeDistributedStore],
+) -> None:
+    owner, _ = stores
+    assert owner.put_tensor("m", torch.ones(4)) == 0
+    assert owner.batch_get_tensor_into(["m", "n"], [0], [0]) == [-600, -600]
