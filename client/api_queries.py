@@ -34,7 +34,16 @@ def check_keys(keys: Sequence[str]) -> None:
         raise invalid_params("keys must be non-empty UTF-8 strings")
 
 
-class QueryCalls:
+class ClientPart:
+    """A part of :class:`~mooncake_py.Client` kept in a module of its own (a base class of
+    it): its calls reach the joined core through :meth:`_joined`."""
+
+    def _joined(self) -> ClientCore:
+        """The joined core; :class:`~mooncake_py.Client` overrides this."""
+        raise NotImplementedError
+
+
+class QueryCalls(ClientPart):
     """The query and removal half of :class:`~mooncake_py.Client` (a base class of it).
 
     Attributes:
@@ -42,10 +51,6 @@ class QueryCalls:
     """
 
     _segments: SegmentDirectory
-
-    def _joined(self) -> ClientCore:
-        """The joined core; :class:`~mooncake_py.Client` overrides this."""
-        raise NotImplementedError
 
     def is_exist(self, key: str) -> bool:
         """Whether ``key`` is readable, as upstream's ``is_exist``: a key found now can still

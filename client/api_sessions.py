@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from mooncake_py.errors import ErrorCode, raise_for
 from mooncake_py.types import KvSessionInfo, KvSessionPage, ReleaseResult
 
-from .api_queries import invalid_params
-from .core import ClientCore
+from .api_queries import ClientPart, invalid_params
 from .results import BatchResult, KvSessionListing
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
@@ -29,12 +28,8 @@ def _check_limit(limit: int) -> None:
         raise invalid_params(f"limit must be positive: {limit!r}")
 
 
-class KvSessionCalls:
+class KvSessionCalls(ClientPart):
     """The KV-session half of :class:`~mooncake_py.Client` (a base class of it)."""
-
-    def _joined(self) -> ClientCore:
-        """The joined core; :class:`~mooncake_py.Client` overrides this."""
-        raise NotImplementedError
 
     def attach_kv_session(self, session_id: str, keys: Sequence[str]) -> BatchResult[None]:
         """Add existing objects to a session (creating it, unpinned, if needed).

@@ -12,16 +12,11 @@ from collections.abc import Sequence
 from mooncake_py.errors import raise_for
 from mooncake_py.types import QueryTaskResponse, task_id_halves, task_id_text
 
-from .api_queries import invalid_params
-from .core import ClientCore
+from .api_queries import ClientPart, invalid_params
 
 
-class TaskCalls:
+class TaskCalls(ClientPart):
     """The replica-task half of :class:`~mooncake_py.Client` (a base class of it)."""
-
-    def _joined(self) -> ClientCore:
-        """The joined core; :class:`~mooncake_py.Client` overrides this."""
-        raise NotImplementedError
 
     def create_copy_task(self, key: str, targets: Sequence[str]) -> tuple[int, int]:
         """Ask for ``key`` to be copied to the segments named ``targets`` (segment names,

@@ -24,37 +24,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import ReplicateConfig
 
+from .mixin_bases import AsyncStoreBase, StoreBase
 from .ranged import RangedSessions
 from .results import BatchResult
 
 if TYPE_CHECKING:
     from .api import Client
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-if TYPE_CHECKING:
-    # What the mixins need of the classes they are mixed into (naming those classes here
-    # would make an inheritance cycle once the mixins are their bases).
-
-    class _StoreBase:
-        client: Client | None
-
-        def close(self) -> int: ...
-
-    class _AsyncBase:
-        store: Any
-
-        async def _run(self, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R: ...
-
-else:
-    _StoreBase = object
-    _AsyncBase = object
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
 OK = int(ErrorCode.OK)
@@ -68,7 +48,7 @@ def _counts(result: BatchResult[int]) -> list[int]:
     ]
 
 
-class RangedTransfers(_StoreBase):
+class RangedTransfers(StoreBase):
     """Put sessions, get sessions and ``get_into_ranges`` (upstream's names and conventions).
 
     Written against :class:`~mooncake_py.MooncakeDistributedStore`'s ``client`` attribute
@@ -283,7 +263,7 @@ def _shaped(
     return out
 
 
-class AsyncRangedTransfers(_AsyncBase):
+class AsyncRangedTransfers(AsyncStoreBase):
     """The ranged-transfer calls of :class:`RangedTransfers` as coroutines (run on the async
     store's worker threads), for :class:`~mooncake_py.AsyncMooncakeStore`; its ``store``
     must have :class:`RangedTransfers` among its bases. Same arguments and returns."""

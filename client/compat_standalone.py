@@ -20,26 +20,14 @@ Thread-safety: every method may be called from several threads at once.
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mooncake_py.errors import ErrorCode, MooncakeError
 
+from .mixin_bases import StoreBase
 from .standalone_attach import Attachment, host_memory
 from .standalone_client import StandaloneClient
 from .standalone_wire import socket_path_for
-
-if TYPE_CHECKING:
-    from .api import Client
-
-    class _StoreBase:
-        # What the mixin needs of the store it is mixed into (naming the store class here
-        # would make an inheritance cycle once the mixin is its base).
-        client: Client | None
-        _lock: threading.Lock
-
-else:
-    _StoreBase = object
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
 OK = int(ErrorCode.OK)
@@ -80,7 +68,7 @@ class MooncakeHostMemAllocator:
         return 0 if host_memory().free(ptr) else -1
 
 
-class StandaloneCalls(_StoreBase):
+class StandaloneCalls(StoreBase):
     """``setup_dummy`` and ``alloc_from_mem_pool`` (upstream's names and returns).
 
     Written against :class:`~mooncake_py.MooncakeDistributedStore`'s ``client`` attribute

@@ -12,36 +12,21 @@ Thread-safety: every method may be called from several threads at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, cast
 
 from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import QueryTaskResponse
 
+from .mixin_bases import AsyncStoreBase, StoreBase
+
 if TYPE_CHECKING:
     from .api import Client
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 NO_TASK = (0, 0)
 INVALID = int(ErrorCode.INVALID_PARAMS)
 
-if TYPE_CHECKING:
 
-    class _StoreBase:
-        client: Client | None
-
-    class _AsyncBase:
-        store: Any
-
-        async def _run(self, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R: ...
-
-else:
-    _StoreBase = object
-    _AsyncBase = object
-
-
-class TaskTransfers(_StoreBase):
+class TaskTransfers(StoreBase):
     """Upstream's task calls over the typed client (``self.client``)."""
 
     def create_copy_task(self, key: str, targets: Sequence[str]) -> tuple[tuple[int, int], int]:
@@ -74,7 +59,7 @@ class TaskTransfers(_StoreBase):
             return NO_TASK, exc.code
 
 
-class AsyncTaskTransfers(_AsyncBase):
+class AsyncTaskTransfers(AsyncStoreBase):
     """The calls of :class:`TaskTransfers` as coroutines; ``store`` must have it as a base."""
 
     def _task_store(self) -> TaskTransfers:

@@ -39,22 +39,17 @@ from mooncake_py.errors import ErrorCode
 from mooncake_py.types import ReplicateConfig
 
 from .compat_tensor_parallel import ParallelTensorCalls
+from .mixin_bases import StoreBase
 from .tensor_io import INVALID, Shards, placement_ok, tp_key, tp_shards
 from .tensors import decode, encode, is_tensor
 
 if TYPE_CHECKING:
-    from .api import Client
-
-    class _StoreBase:
-        client: Client | None
-
-else:
-    _StoreBase = object
+    pass
 
 NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
 
 
-class TensorCalls(ParallelTensorCalls, _StoreBase):
+class TensorCalls(ParallelTensorCalls, StoreBase):
     """Upstream's tensor calls; see the module docstring. The ``*_with_parallelism`` calls
     come from :class:`~mooncake_py.client.compat_tensor_parallel.ParallelTensorCalls`."""
 

@@ -9,29 +9,16 @@ views the caller's registered buffer, as the synchronous call's does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 from mooncake_py.types import ReplicateConfig
 
 from .compat_tensor import TensorCalls
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-if TYPE_CHECKING:
-    # What the mixin needs of the class it is mixed into.
-
-    class _AsyncBase:
-        store: Any
-
-        async def _run(self, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R: ...
-
-else:
-    _AsyncBase = object
+from .mixin_bases import AsyncStoreBase
 
 
-class AsyncTensorCalls(_AsyncBase):
+class AsyncTensorCalls(AsyncStoreBase):
     """Coroutines of every tensor call of
     :class:`~mooncake_py.client.compat_tensor.TensorCalls` (see there for each contract)."""
 

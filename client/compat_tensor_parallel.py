@@ -11,18 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from mooncake_py.types import ReplicateConfig
 
+from .mixin_bases import StoreBase
 from .tensor_io import INVALID, RawObject, Shards, StoredObject, TensorIO
 from .tensor_parallel import ReadPlan, axis_matches, parse_axes, plan_read, plan_write
 from .tensors import METADATA_SIZE, decode, encode, parse_metadata
 
 if TYPE_CHECKING:
-    from .api import Client
-
-    class _StoreBase:
-        client: Client | None
-
-else:
-    _StoreBase = object
+    pass
 
 
 def _per_key(value: Any, count: int) -> list[Any] | None:
@@ -35,7 +30,7 @@ def _per_key(value: Any, count: int) -> list[Any] | None:
     return None
 
 
-class ParallelTensorCalls(_StoreBase):
+class ParallelTensorCalls(StoreBase):
     """The ``*_tensor_with_parallelism`` calls of
     :class:`~mooncake_py.client.compat_tensor.TensorCalls`; see the module docstring.
 
