@@ -129,7 +129,7 @@ class AdminQueries:
         with self._lock:
             self.slices_run += 1
             # iter() over the table copies its values once; the walk below reads the copy.
-            snapshot: Iterator[ObjectMetadata] = iter(self._state.objects)
+            snapshot: Iterator[ObjectMetadata] = iter(self._state.objects.snapshot())
         return _filter_keys(snapshot, tenant, chunk)
 
     # -- objects -----------------------------------------------------------------------------

@@ -247,7 +247,7 @@ class ReleaseService:
         if resolved is None:
             return ErrorCode.INVALID_PARAMS, ReleaseResult()
         with self._lock:
-            objects = list(self._state.objects)  # one C-level copy of references
+            objects = self._state.objects.snapshot()
         total = ReleaseResult()
         timer = SliceTimer(self.slice_seconds)
         position = 0

@@ -162,7 +162,7 @@ class RemovalService:
         with self._lock:
             # References rather than ids: no allocation per object (nor collector work). An
             # object's tenant and key never change, so the walk may read them unlocked.
-            objects: Sequence[ObjectMetadata] = list(self._state.objects)
+            objects: Sequence[ObjectMetadata] = self._state.objects.snapshot()
         removed = 0
         position = 0
         total = len(objects)
