@@ -83,9 +83,9 @@ class BoundCall:
         rpc: the table entry.
         sliced: the RPC is a sliced call (``rpc.sliced``).
         parse: request bytes -> request message; raises DecodeError.
-        run_sliced: a parsed, tenant-bound request -> the serialized answer (steps 4 to 6),
-            as a sliced operation (one that finishes without yielding for a plain RPC).
-        run: the same, every slice back to back.
+        run: a parsed, tenant-bound request -> the serialized answer (steps 4 to 6); a
+            sliced call runs every slice back to back.
+        run_sliced: the same as a sliced operation; None for a plain RPC.
     """
 
     __slots__ = ("rpc", "sliced", "parse", "run", "run_sliced")
@@ -93,7 +93,7 @@ class BoundCall:
     def __init__(
         self,
         rpc: Rpc,
-        runners: tuple[Callable[[Any], bytes], Callable[[Any], Steps[bytes]]],
+        runners: tuple[Callable[[Any], bytes], Callable[[Any], Steps[bytes]] | None],
     ) -> None:
         self.rpc = rpc
         self.sliced = rpc.sliced
@@ -174,8 +174,9 @@ class CallPipeline:
         return None, bound.run(admitted)
 
     def call_sliced(self, bound: BoundCall, payload: bytes, tenant: str | None) -> Steps[Answer]:
-        """:meth:`call` as a sliced operation, for :func:`drive_on_loop`; a refusal comes
-        before the first slice."""
+        """:meth:`call` of a sliced RPC (``bound.sliced``) as a sliced operation, for
+        :func:`drive_on_loop`; a refusal comes before the first slice."""
+        assert bound.run_sliced is not None, f"{bound.rpc.name} is not sliced"
         admitted = self._admit(bound, payload, tenant)
         if isinstance(admitted, tuple):
             return admitted
@@ -196,8 +197,10 @@ class CallPipeline:
             return Rejection.PERMISSION_DENIED, _PERMISSION_DENIED_TEXT
         return request
 
-    def _runner(self, rpc: Rpc) -> tuple[Callable[[Any], bytes], Callable[[Any], Steps[bytes]]]:
-        """The plain and the sliced runner of ``rpc`` (steps 4 to 6)."""
+    def _runner(
+        self, rpc: Rpc
+    ) -> tuple[Callable[[Any], bytes], Callable[[Any], Steps[bytes]] | None]:
+        """The runner of ``rpc`` (steps 4 to 6) and, for a sliced RPC, its sliced form."""
         target = operator.attrgetter(rpc.target)(self)
         if rpc.sliced != inspect.isgeneratorfunction(target):
             raise TypeError(f"{rpc.name}: sliced={rpc.sliced} but its target disagrees")
@@ -249,11 +252,7 @@ class CallPipeline:
             record(name, answers_code and response.code != 0)
             return answer
 
-        def run_at_once(request: Any) -> Generator[None, None, bytes]:
-            return run(request)
-            yield  # never reached: makes this a generator function
-
-        return run, run_at_once
+        return run, None
 
 
 async def drive_on_loop(steps: Steps[T]) -> T:
