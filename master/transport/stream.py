@@ -157,7 +157,7 @@ class _ChannelProtocol(asyncio.Protocol):
                     self._finish_sliced(call_id, steps)
                 )
                 break
-            status, body = self._answer(name, payload)
+            status, body = self._answer(bound, name, payload)
             self._respond(call_id, status, body)
         if start:
             del buffer[:start]
@@ -189,9 +189,9 @@ class _ChannelProtocol(asyncio.Protocol):
         assert self._transport is not None
         self._transport.write(response_frame(call_id, status, body))
 
-    def _answer(self, name: bytes, payload: bytes) -> tuple[int, bytes]:
-        """Run one frame: ``(status, response message or error text)``."""
-        bound = self._calls.get(name)
+    def _answer(self, bound: BoundCall | None, name: bytes, payload: bytes) -> tuple[int, bytes]:
+        """Run one frame of the RPC ``bound`` (None: not an RPC): ``(status, response message
+        or error text)``."""
         if bound is not None:
             rejection, body = self._pipeline.call(bound, payload, self._tenant)
             return _status(rejection), body
