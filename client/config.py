@@ -100,6 +100,10 @@ class ClientConfig:
             ``grpc`` (gRPC only); env ``MOONCAKE_PY_MASTER_TRANSPORT``.
         auth_token: bearer token for a master started with ``--auth_tokens_file`` (env
             ``MOONCAKE_AUTH_TOKEN``); the token decides the tenant unless ``tenant_id`` is set.
+        shared_segment: offer this client's segment to every tenant (env
+            ``MOONCAKE_PY_SHARED_SEGMENT``): a segment-host setting for an operator, whose
+            mount then needs an admin token. Otherwise only this client's tenant's objects are
+            placed in its segment.
 
     Raises:
         ClientConfigError: on construction, for a segment or buffer size outside
@@ -120,6 +124,7 @@ class ClientConfig:
     rpc_timeout_s: float = 10.0
     master_transport: str = "auto"
     auth_token: str = ""
+    shared_segment: bool = False
 
     def __post_init__(self) -> None:
         for name in ("global_segment_size", "local_buffer_size"):
@@ -160,13 +165,17 @@ class ClientConfig:
                 continue
             if name in ("global_segment_size", "local_buffer_size"):
                 kwargs[name] = _read(parse_size, value, name)
-            elif name == "force_tcp":
+            elif name in ("force_tcp", "shared_segment"):
                 kwargs[name] = _read_flag(value, name)
             elif name == "rpc_timeout_s":
                 kwargs[name] = float(value)
             else:
                 kwargs[name] = str(value)
         kwargs.setdefault("force_tcp", env_force_tcp())
+        if "shared_segment" not in kwargs:
+            kwargs["shared_segment"] = _read_flag(
+                os.environ.get("MOONCAKE_PY_SHARED_SEGMENT", ""), "MOONCAKE_PY_SHARED_SEGMENT"
+            )
         if "auth_token" not in kwargs and os.environ.get("MOONCAKE_AUTH_TOKEN"):
             kwargs["auth_token"] = os.environ["MOONCAKE_AUTH_TOKEN"]
         if "master_transport" not in kwargs and os.environ.get("MOONCAKE_PY_MASTER_TRANSPORT"):

@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
+from mooncake_py.capability import new_segment_key
 from mooncake_py.errors import ErrorCode, MooncakeError, error_for
 from mooncake_py.types import PutStartResult, ReplicaListResult, ReplicateConfig, SegmentInfo
 
@@ -85,6 +86,8 @@ class ClientCore:
         self.tenant = config.tenant_id if explicit else ""
         self.host_id = host_id()
         self._segment: LocalSegment | None = None
+        # Shared with the master only: it keys the capabilities our data plane asks for.
+        self._segment_key = new_segment_key()
         self._server: TransferServer | None = None
         self._segment_info: SegmentInfo | None = None
         self.master = MasterClient(
@@ -145,7 +148,8 @@ class ClientCore:
                 te_endpoint=self._server.endpoint,
                 protocol=self.config.protocol,
                 host_id=self.host_id,
-                shm_path=segment.path,
+                shared=self.config.shared_segment,
+                capability_key=self._segment_key,
             )
             code = self.master.mount_segment(self.client_id, self._segment_info)
             if code != OK:
@@ -154,11 +158,11 @@ class ClientCore:
         if code != OK:
             raise error_for(code, "registering with the master failed")
 
-    def _lookup_segment(self, segment_uuid: bytes) -> memoryview | None:
+    def _lookup_segment(self, segment_uuid: bytes) -> tuple[memoryview, bytes] | None:
         segment = self._segment
         if segment is None or uuid.UUID(bytes=segment_uuid) != uuid.UUID(segment.segment_id):
             return None
-        return segment.view
+        return segment.view, self._segment_key
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mooncake_py.capability import grant_of
 from mooncake_py.errors import ErrorCode, TransferError
 from mooncake_py.types import ReplicaDescriptor
 
@@ -138,11 +139,7 @@ class DataPlane:
             return None
         if self._local is not None and replica.segment_id == self._local.segment_id:
             return self._local.view[replica.offset : replica.offset + replica.size]
-        if replica.host_id != self.host_id or not replica.shm_path:
-            return None
-        mapped = self._peers.get(
-            replica.segment_id, replica.shm_path, replica.offset + replica.size
-        )
+        mapped = self._peer_mapping(replica)
         if mapped is None:
             return None
         return mapped.view[replica.offset : replica.offset + replica.size]
@@ -154,12 +151,13 @@ class DataPlane:
             return None
         if self._local is not None and replica.segment_id == self._local.segment_id:
             return self._local.address + replica.offset, self._local
-        if replica.host_id != self.host_id or not replica.shm_path:
-            return None
-        mapped = self._peers.get(
-            replica.segment_id, replica.shm_path, replica.offset + replica.size
-        )
+        mapped = self._peer_mapping(replica)
         return None if mapped is None else (mapped.address + replica.offset, mapped)
+
+    def _peer_mapping(self, replica: ReplicaDescriptor) -> MappedFile | None:
+        """The mapping of a same-host peer's segment holding ``replica``, or None."""
+        # Shared-memory handover from peers is not wired yet: the TCP path serves them.
+        return None
 
     def write(self, items: Sequence[WriteItem]) -> list[int]:
         """Write every item to all of its replicas.
@@ -176,8 +174,9 @@ class DataPlane:
                     _copy_parts_into(memory, item.parts)
                     continue
                 offset = replica.offset
+                grant = grant_of(replica.capability)
                 for part in item.parts:
-                    op = TransferOp(OP_WRITE, replica.segment_id, offset, part)
+                    op = TransferOp(OP_WRITE, replica.segment_id, offset, part, grant)
                     remote.setdefault(replica.te_endpoint, []).append((index, op))
                     offset += len(part)
         for endpoint, indexed_ops in remote.items():
@@ -215,8 +214,11 @@ class DataPlane:
                     continue
                 ops = remote.setdefault(replica.te_endpoint, [])
                 offset = replica.offset
+                grant = grant_of(replica.capability)
                 for part in parts:
-                    ops.append((index, TransferOp(OP_READ, replica.segment_id, offset, part)))
+                    ops.append(
+                        (index, TransferOp(OP_READ, replica.segment_id, offset, part, grant))
+                    )
                     offset += len(part)
             still_pending: list[int] = []
             for endpoint, indexed_ops in remote.items():

@@ -111,12 +111,15 @@ _DIRECT_BYTES = 64 * 1024  # payloads at least this large bypass the staging buf
 
 @dataclass(frozen=True, slots=True)
 class TransferOp:
-    """One read or write of ``len(buffer)`` bytes at ``offset`` in a remote segment."""
+    """One read or write of ``len(buffer)`` bytes at ``offset`` in a remote segment, under
+    ``grant`` (the master's capability for a range that holds it:
+    :func:`mooncake_py.capability.grant_of`)."""
 
     op: int
     segment_id: str
     offset: int
     buffer: memoryview
+    grant: bytes = b""
 
 
 class _Stalled(TimeoutError):

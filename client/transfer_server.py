@@ -62,8 +62,9 @@ MAX_CONNECTIONS = 256
 _FLUSH_BYTES = 1024 * 1024
 
 
-SegmentLookup = Callable[[bytes], memoryview | None]
-"""Maps a segment uuid (16 bytes) to a writable view of that segment, or None if unknown."""
+SegmentLookup = Callable[[bytes], tuple[memoryview, bytes] | None]
+"""Maps a segment uuid (16 bytes) to a writable view of that segment and its capability key,
+or None if unknown."""
 
 
 class _Conn:
@@ -244,7 +245,8 @@ class TransferServer:
                     )
                     send_buffers(sock, out)
                     return
-                segment = self._lookup(segment_uuid)
+                found = self._lookup(segment_uuid)
+                segment = found[0] if found is not None else None
                 if segment is None or offset + length > len(segment):
                     out.append(
                         memoryview(

@@ -224,6 +224,13 @@ class MasterConfig:
     allow_evict_soft_pinned_objects: bool = _opt(
         True, "bool", "Evict soft-pinned objects when nothing else can be evicted."
     )
+    capability_ttl_sec: float = _opt(
+        60.0,
+        "seconds",
+        "How long a data-plane capability the master hands out with a replica stays valid: a "
+        "transfer must start within it (hosts' clocks must agree well within it).",
+        Positive(),
+    )
     put_start_discard_timeout_sec: float = _opt(
         30.0,
         "seconds",

@@ -340,8 +340,12 @@ class SegmentInfo:
         size: bytes.
         te_endpoint: ``host:port`` of the owner's TCP transfer service.
         protocol: transport name advertised by the owner (``tcp``).
-        host_id: identifies the machine; equal ids mean a shared ``/dev/shm``.
-        shm_path: shared-memory file backing the segment.
+        host_id: identifies the machine (a hint: the same-host path is used only once the
+            owner has proved itself on its local socket).
+        shared: an operator marked the segment shared (its mount needs an admin token): any
+            tenant's objects may be placed there, otherwise only its owner tenant's.
+        capability_key: the secret the owner and the master share for this segment
+            (:mod:`mooncake_py.capability`); never shown or sent back by the master.
     """
 
     id: str
@@ -351,12 +355,15 @@ class SegmentInfo:
     te_endpoint: str
     protocol: str = "tcp"
     host_id: str = ""
-    shm_path: str = ""
+    shared: bool = False
+    capability_key: bytes = dataclasses.field(default=b"", repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class ReplicaDescriptor:
-    """Where one replica's bytes live: ``size`` bytes at ``offset`` in segment ``segment_id``."""
+    """Where one replica's bytes live: ``size`` bytes at ``offset`` in segment ``segment_id``,
+    and the ``capability`` (:mod:`mooncake_py.capability`) the segment's owner asks for before
+    it serves them (empty when the master handed none: descriptors for display)."""
 
     id: int
     status: ReplicaStatus
@@ -366,7 +373,7 @@ class ReplicaDescriptor:
     size: int
     te_endpoint: str
     host_id: str
-    shm_path: str
+    capability: bytes = dataclasses.field(default=b"", repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from mooncake_py import capability
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import ClientStatus, SegmentInfo
 
@@ -141,6 +142,10 @@ class MembershipService:
         if not client_id or not segment.id or not segment.name:
             return ErrorCode.INVALID_PARAMS
         if segment.base <= 0 or segment.size <= 0 or not valid_endpoint(segment.te_endpoint):
+            return ErrorCode.INVALID_PARAMS
+        # Without a key the master hands out no capability for the segment: the owner's data
+        # plane then serves nobody, which only the owner itself can choose.
+        if segment.capability_key and len(segment.capability_key) != capability.KEY_BYTES:
             return ErrorCode.INVALID_PARAMS
         existing = self._segments.get(segment.id)
         if existing is not None and existing.client_id != client_id:

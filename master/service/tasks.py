@@ -24,6 +24,7 @@ import random
 import time
 from collections.abc import Sequence
 
+from mooncake_py.capability import WRITE
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import (
     QueryTaskResponse,
@@ -184,6 +185,7 @@ class TaskService:
                 self._state.describe(
                     meta,
                     Replica(0, a.segment.info.id, a.offset, meta.size, ReplicaStatus.PROCESSING),
+                    WRITE,
                 )
                 for a in allocations
             )

@@ -26,6 +26,7 @@ Every method here is called by the service facade under its lock, with ``now`` a
 
 from __future__ import annotations
 
+from mooncake_py.capability import WRITE
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import PutStartResult, ReplicaStatus, ReplicateConfig, SoftPinAction
 
@@ -218,7 +219,7 @@ class WritePath:
         # Readers whose hold expired mid-copy can no longer trust these bytes.
         self._state.reads.on_rewritten(meta.replicas)
         self._state.objects.mark_processing(meta)
-        replicas = tuple(self._state.describe(meta, r) for r in meta.replicas)
+        replicas = tuple(self._state.describe(meta, r, WRITE) for r in meta.replicas)
         return PutStartResult(ErrorCode.OK, replicas, meta.write_id)
 
     def _replace(
@@ -244,7 +245,7 @@ class WritePath:
         meta.write_id = self._state.next_write_id()
         replicas = self._new_replicas(allocations, size)
         self._state.objects.add_replicas(meta, replicas)
-        described = tuple(self._state.describe(meta, r) for r in replicas)
+        described = tuple(self._state.describe(meta, r, WRITE) for r in replicas)
         return PutStartResult(ErrorCode.OK, described, meta.write_id)
 
     def _create(
@@ -296,7 +297,7 @@ class WritePath:
         if predecessor is not None and predecessor.soft_pin_deadline > now:
             meta.soft_pin_deadline = predecessor.soft_pin_deadline
         self._state.objects.insert(meta)
-        described = tuple(self._state.describe(meta, r) for r in meta.replicas)
+        described = tuple(self._state.describe(meta, r, WRITE) for r in meta.replicas)
         return PutStartResult(ErrorCode.OK, described, meta.write_id)
 
     def _new_replicas(self, allocations: list[Allocation], size: int) -> list[Replica]:

@@ -22,6 +22,7 @@ import dataclasses
 import random
 from collections.abc import Callable, Iterable
 
+from mooncake_py import capability
 from mooncake_py.types import SegmentInfo
 
 from .allocator import OffsetAllocator
@@ -32,11 +33,18 @@ MAX_PLACEMENT_TRIES = 100
 
 @dataclasses.dataclass(slots=True)
 class MountedSegment:
-    """A segment the master may allocate in, and the client that contributes it."""
+    """A segment the master may allocate in, and the client that contributes it.
+
+    Attributes:
+        id_bytes: the segment id as UTF-8 (what capabilities sign), encoded once.
+        proof_key: the segment's :func:`~mooncake_py.capability.proof_key`, computed once.
+    """
 
     info: SegmentInfo
     client_id: str
     allocator: OffsetAllocator
+    id_bytes: bytes = b""
+    proof_key: bytes = b""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,8 +112,14 @@ class SegmentManager:
 
         Complexity: O(1).
         """
+        id_bytes = info.id.encode()
+        key = info.capability_key
         mounted = MountedSegment(
-            info=info, client_id=client_id, allocator=OffsetAllocator(info.size)
+            info=info,
+            client_id=client_id,
+            allocator=OffsetAllocator(info.size),
+            id_bytes=id_bytes,
+            proof_key=capability.proof_key(key, id_bytes) if key else b"",
         )
         self._segments[info.id] = mounted
         self._by_name.setdefault(info.name, []).append(mounted)

@@ -17,6 +17,7 @@ import itertools
 import random
 from collections.abc import Callable
 
+from mooncake_py import capability
 from mooncake_py.types import ReplicaDescriptor, SegmentInfo
 
 from ..config import MasterConfig
@@ -130,6 +131,9 @@ class StoreState:
         self._preempted_deadlines: list[tuple[float, int]] = []
         self.counters = Counters()
         self.lease_ttl_s = config.default_kv_lease_ttl / 1000.0
+        # The wall clock capabilities expire by (ms; tests inject their own).
+        self.wall_ms: Callable[[], int] = capability.now_ms
+        self._capability_ttl_ms = int(config.capability_ttl_sec * 1000)
         # Bumped whenever objects may have stopped being soft pinned (an unpin, a member leaving
         # a pinned session, a TTL pin running out), so walks that skipped pinned candidates
         # know to look at them again. Deadlines of TTL pins wait in a heap until they pass.
@@ -360,20 +364,48 @@ class StoreState:
         is being drained."""
         return meta.readable and (not self.draining or bool(self.readable_replicas(meta)))
 
-    def describe(self, meta: ObjectMetadata, replica: Replica) -> ReplicaDescriptor:
-        """Where a client finds ``replica``'s bytes."""
+    def describe(
+        self, meta: ObjectMetadata, replica: Replica, mode: int = capability.READ
+    ) -> ReplicaDescriptor:
+        """Where a client finds ``replica``'s bytes, with a capability for them.
+
+        Args:
+            mode: the access the holder needs (:data:`~mooncake_py.capability.READ` or
+                :data:`~mooncake_py.capability.WRITE`). The grant adds
+                :data:`~mooncake_py.capability.MAP` when the segment is not shared (all its
+                objects are the holder's tenant's, as placement keeps them), so a same-host
+                holder may map the segment instead of going through its owner's socket.
+
+        The capability expires ``capability_ttl_sec`` after now (:attr:`wall_ms`). A replica
+        whose segment is gone, or was mounted without a key, gets none. Complexity: O(1), one
+        keyed hash.
+        """
         segment = self.segments.get(replica.segment_id)
-        info = segment.info if segment is not None else _GONE_SEGMENT
+        if segment is None or not segment.info.capability_key:
+            info, grant = (_GONE_SEGMENT if segment is None else segment.info), b""
+        else:
+            info = segment.info
+            if not info.shared:
+                mode |= capability.MAP
+            grant = capability.mint(
+                info.capability_key,
+                segment.id_bytes,
+                replica.offset,
+                meta.size,
+                mode,
+                self.wall_ms() + self._capability_ttl_ms,
+                segment.proof_key,
+            )
         return ReplicaDescriptor(
-            id=replica.id,
-            status=replica.status,
-            segment_id=replica.segment_id,
-            segment_name=info.name,
-            offset=replica.offset,
-            size=meta.size,
-            te_endpoint=info.te_endpoint,
-            host_id=info.host_id,
-            shm_path=info.shm_path,
+            replica.id,
+            replica.status,
+            replica.segment_id,
+            info.name,
+            replica.offset,
+            meta.size,
+            info.te_endpoint,
+            info.host_id,
+            grant,
         )
 
     def used_ratio(self) -> float:

@@ -31,7 +31,7 @@ class ReplicateConfig(_message.Message):
     def __init__(self, replica_num: _Optional[int] = ..., with_hard_pin: _Optional[bool] = ..., preferred_segments: _Optional[_Iterable[str]] = ..., preferred_segment: _Optional[str] = ..., prefer_alloc_in_same_node: _Optional[bool] = ..., data_type: _Optional[int] = ..., host_id: _Optional[str] = ..., group_ids: _Optional[_Iterable[str]] = ..., soft_pin_action: _Optional[int] = ..., soft_pin_ttl_ms: _Optional[int] = ...) -> None: ...
 
 class Segment(_message.Message):
-    __slots__ = ("id", "name", "base", "size", "te_endpoint", "protocol", "host_id", "shm_path")
+    __slots__ = ("id", "name", "base", "size", "te_endpoint", "protocol", "host_id", "shared", "capability_key")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     BASE_FIELD_NUMBER: _ClassVar[int]
@@ -39,7 +39,8 @@ class Segment(_message.Message):
     TE_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
-    SHM_PATH_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_KEY_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     base: int
@@ -47,11 +48,12 @@ class Segment(_message.Message):
     te_endpoint: str
     protocol: str
     host_id: str
-    shm_path: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., base: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., protocol: _Optional[str] = ..., host_id: _Optional[str] = ..., shm_path: _Optional[str] = ...) -> None: ...
+    shared: bool
+    capability_key: bytes
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., base: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., protocol: _Optional[str] = ..., host_id: _Optional[str] = ..., shared: _Optional[bool] = ..., capability_key: _Optional[bytes] = ...) -> None: ...
 
 class ReplicaDescriptor(_message.Message):
-    __slots__ = ("id", "status", "segment_id", "segment_name", "offset", "size", "te_endpoint", "host_id", "shm_path")
+    __slots__ = ("id", "status", "segment_id", "segment_name", "offset", "size", "te_endpoint", "host_id", "capability")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -60,7 +62,7 @@ class ReplicaDescriptor(_message.Message):
     SIZE_FIELD_NUMBER: _ClassVar[int]
     TE_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
-    SHM_PATH_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_FIELD_NUMBER: _ClassVar[int]
     id: int
     status: int
     segment_id: str
@@ -69,8 +71,8 @@ class ReplicaDescriptor(_message.Message):
     size: int
     te_endpoint: str
     host_id: str
-    shm_path: str
-    def __init__(self, id: _Optional[int] = ..., status: _Optional[int] = ..., segment_id: _Optional[str] = ..., segment_name: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., host_id: _Optional[str] = ..., shm_path: _Optional[str] = ...) -> None: ...
+    capability: bytes
+    def __init__(self, id: _Optional[int] = ..., status: _Optional[int] = ..., segment_id: _Optional[str] = ..., segment_name: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., host_id: _Optional[str] = ..., capability: _Optional[bytes] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
     __slots__ = ("code",)
@@ -117,34 +119,42 @@ class BatchKeysRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ..., write_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MountSegmentRequest(_message.Message):
-    __slots__ = ("client_id", "segment")
+    __slots__ = ("client_id", "segment", "tenant_id")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     segment: Segment
-    def __init__(self, client_id: _Optional[str] = ..., segment: _Optional[_Union[Segment, _Mapping]] = ...) -> None: ...
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., segment: _Optional[_Union[Segment, _Mapping]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class ReMountSegmentRequest(_message.Message):
-    __slots__ = ("client_id", "segments")
+    __slots__ = ("client_id", "segments", "tenant_id")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     segments: _containers.RepeatedCompositeFieldContainer[Segment]
-    def __init__(self, client_id: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ...) -> None: ...
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class UnmountSegmentRequest(_message.Message):
-    __slots__ = ("client_id", "segment_id")
+    __slots__ = ("client_id", "segment_id", "tenant_id")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     segment_id: str
-    def __init__(self, client_id: _Optional[str] = ..., segment_id: _Optional[str] = ...) -> None: ...
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., segment_id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class PingRequest(_message.Message):
-    __slots__ = ("client_id",)
+    __slots__ = ("client_id", "tenant_id")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     client_id: str
-    def __init__(self, client_id: _Optional[str] = ...) -> None: ...
+    tenant_id: str
+    def __init__(self, client_id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class PingResponse(_message.Message):
     __slots__ = ("code", "view_version", "client_status")
@@ -493,8 +503,12 @@ class ReleaseResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., sessions: _Optional[int] = ..., released_objects: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., pending_bytes: _Optional[int] = ..., kept_shared: _Optional[int] = ..., kept_hard_pinned: _Optional[int] = ..., kept_leased: _Optional[int] = ..., kept_writing: _Optional[int] = ..., kept_pinned: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("tenant_id", "all_tenants")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ALL_TENANTS_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    all_tenants: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., all_tenants: _Optional[bool] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
     __slots__ = ("code", "values")
@@ -512,8 +526,12 @@ class StatsResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., values: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ListSegmentsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("tenant_id", "all_tenants")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ALL_TENANTS_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    all_tenants: bool
+    def __init__(self, tenant_id: _Optional[str] = ..., all_tenants: _Optional[bool] = ...) -> None: ...
 
 class SegmentStatus(_message.Message):
     __slots__ = ("segment", "client_id", "used_bytes", "allocations")

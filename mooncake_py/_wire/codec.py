@@ -143,7 +143,7 @@ def encode_replica(replica: ReplicaDescriptor) -> pb.ReplicaDescriptor:
         size=replica.size,
         te_endpoint=replica.te_endpoint,
         host_id=replica.host_id,
-        shm_path=replica.shm_path,
+        capability=replica.capability,
     )
 
 
@@ -163,7 +163,7 @@ def decode_replica(m: pb.ReplicaDescriptor) -> ReplicaDescriptor:
         m.size,
         m.te_endpoint,
         m.host_id,
-        m.shm_path,
+        m.capability,
     )
 
 
@@ -448,7 +448,7 @@ def encode_segment_usage(usage: Iterable[SegmentUsage]) -> pb.ListSegmentsRespon
         code=0,
         segments=[
             pb.SegmentStatus(
-                segment=encode_segment(info),
+                segment=encode_segment(dataclasses.replace(info, capability_key=b"")),
                 client_id=client_id,
                 used_bytes=used,
                 allocations=allocations,

@@ -53,7 +53,6 @@ def _fill(master: InProcessMaster, keys: list[str]) -> None:
         size=1 << 30,
         te_endpoint="127.0.0.1:1",
         host_id="host-fill",
-        shm_path="",
     )
     if service.segment_of(segment.id) is None:
         assert service.mount_segment("filler", segment) == ErrorCode.OK

@@ -117,7 +117,6 @@ def test_a_sliced_call_keeps_the_order_of_its_connection() -> None:
             size=64 << 20,
             te_endpoint="127.0.0.1:1",
             host_id="h",
-            shm_path="",
         )
         assert service.mount_segment("filler", segment) == ErrorCode.OK
         keys = [f"k{i}" for i in range(3000)]

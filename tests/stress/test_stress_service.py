@@ -250,7 +250,6 @@ class Slot:
             size=self.size,
             te_endpoint="127.0.0.1:1",
             host_id=f"host-{self.owner}",
-            shm_path="",
         )
 
 

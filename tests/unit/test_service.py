@@ -56,7 +56,6 @@ def seg(
         size=size,
         te_endpoint="127.0.0.1:1",
         host_id=host_id,
-        shm_path="",
     )
 
 

@@ -3,6 +3,7 @@ through real protobuf bytes, and malformed tables or frames are refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 from typing import Any
@@ -46,7 +47,8 @@ SEGMENT = SegmentInfo(
     te_endpoint="10.0.0.1:7000",
     protocol="tcp",
     host_id="host-a",
-    shm_path="/dev/shm/seg-1",
+    shared=True,
+    capability_key=b"k" * 32,
 )
 OTHER_SEGMENT = SegmentInfo("seg-2", "host:2", 8192, 2 << 20, "10.0.0.2:7000")
 REPLICAS = tuple(
@@ -59,7 +61,7 @@ REPLICAS = tuple(
         size=100 + i,
         te_endpoint=f"10.0.0.{i}:7000",
         host_id=f"host-{i}",
-        shm_path=f"/dev/shm/seg-{i}",
+        capability=bytes([i]) * 41,
     )
     for i, status in enumerate(ReplicaStatus)
 )
@@ -173,7 +175,11 @@ ANSWERS: list[tuple[Any, Any, Any, Any]] = [
         codec.encode_segment_usage,
         codec.decode_segment_usage,
         [(SEGMENT, "client-1", 4096, 2), (OTHER_SEGMENT, "client-2", 0, 0)],
-        None,
+        # A segment's capability key never leaves the master.
+        [
+            (dataclasses.replace(SEGMENT, capability_key=b""), "client-1", 4096, 2),
+            (OTHER_SEGMENT, "client-2", 0, 0),
+        ],
     ),
 ]
 SAME = [
