@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from mooncake_py import tls as tls_setup
 from mooncake_py._wire.frames import STATUS_PERMISSION_DENIED, STATUS_UNAUTHENTICATED
 from mooncake_py._wire.rpcs import RPCS, Rpc, new_stub
 from mooncake_py.errors import (
@@ -36,6 +37,7 @@ from mooncake_py.errors import (
     MasterUnavailableError,
     PermissionDeniedError,
 )
+from mooncake_py.tls import TlsConfig
 from mooncake_py.types import (
     ClientStatus,
     KvSessionInfo,
@@ -65,12 +67,25 @@ class MasterClient:
         timeout_s: deadline of every call.
         use_stream: allow :meth:`connect_stream` (False: gRPC only).
         token: presented on every call ("" when the master requires none).
+        tls: talk TLS only, on the gRPC channel and the stream channel alike (None:
+            plaintext); a master that does not speak TLS then cannot be reached
+            (:class:`~mooncake_py.errors.MasterUnavailableError`).
+
+    Raises:
+        ConfigError: a TLS file that is not valid PEM (the files are read once, here).
     """
 
     def __init__(
-        self, address: str, timeout_s: float = 10.0, use_stream: bool = True, token: str = ""
+        self,
+        address: str,
+        timeout_s: float = 10.0,
+        use_stream: bool = True,
+        token: str = "",
+        tls: TlsConfig | None = None,
     ) -> None:
         self.address = address
+        self._tls = tls
+        self._grpc_credentials = tls_setup.grpc_channel_credentials(tls) if tls else None
         self.timeout_s = timeout_s
         self._token = token
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
@@ -105,7 +120,7 @@ class MasterClient:
         if not fast_port:
             return False
         host = self.address.rsplit(":", 1)[0].strip("[]")
-        stream = ChannelClient(host, fast_port, self.timeout_s, self._token)
+        stream = ChannelClient(host, fast_port, self.timeout_s, self._token, tls=self._tls)
         with self._lock:
             old, self._stream = self._stream, stream
         if old is not None:
@@ -121,14 +136,16 @@ class MasterClient:
     def reconnect(self) -> None:
         """Replace the gRPC channel (after repeated failures, or once the master restarted)
         and drop the stream channel; :meth:`connect_stream` makes a new one."""
-        channel = grpc.insecure_channel(
-            self.address,
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.enable_retries", 1),
-            ],
-        )
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.enable_retries", 1),
+        ]
+        if self._tls is None or self._grpc_credentials is None:
+            channel = grpc.insecure_channel(self.address, options=options)
+        else:
+            options += tls_setup.grpc_channel_options(self._tls)
+            channel = grpc.secure_channel(self.address, self._grpc_credentials, options=options)
         stub = new_stub(channel)
         with self._lock:
             old, self._channel = self._channel, channel
@@ -273,17 +290,20 @@ class MasterClient:
 
     # -- segments and liveness -------------------------------------------------------------
 
-    def mount_segment(self, client_id: str, segment: SegmentInfo) -> int:
-        """MountSegment; returns a code."""
-        return self.call("MountSegment", client_id, segment)
+    def mount_segment(self, client_id: str, segment: SegmentInfo, tenant: str = "") -> int:
+        """MountSegment; returns a code. With tokens the segment belongs to the token's
+        tenant (``tenant`` may be "" or must name it)."""
+        return self.call("MountSegment", client_id, segment, tenant)
 
-    def remount_segments(self, client_id: str, segments: Sequence[SegmentInfo]) -> int:
-        """ReMountSegment; returns a code."""
-        return self.call("ReMountSegment", client_id, segments)
+    def remount_segments(
+        self, client_id: str, segments: Sequence[SegmentInfo], tenant: str = ""
+    ) -> int:
+        """ReMountSegment; returns a code (``tenant`` as for :meth:`mount_segment`)."""
+        return self.call("ReMountSegment", client_id, segments, tenant)
 
-    def unmount_segment(self, client_id: str, segment_id: str) -> int:
-        """UnmountSegment; returns a code."""
-        return self.call("UnmountSegment", client_id, segment_id)
+    def unmount_segment(self, client_id: str, segment_id: str, tenant: str = "") -> int:
+        """UnmountSegment; returns a code (``tenant`` as for :meth:`mount_segment`)."""
+        return self.call("UnmountSegment", client_id, segment_id, tenant)
 
     def ping(self, client_id: str) -> tuple[int, ClientStatus, int]:
         """Ping; returns (code, client status, view version)."""
@@ -480,13 +500,16 @@ class MasterClient:
 
     # -- introspection ---------------------------------------------------------------------
 
-    def get_stats(self) -> dict[str, int]:
-        """GetStats: store-wide counts and bytes."""
-        return self.call("GetStats")
+    def get_stats(self, tenant: str = "") -> dict[str, int]:
+        """GetStats: store-wide counts and bytes for an admin token (or a master without
+        tokens), else the token's tenant's figures (the master decides, from the token)."""
+        return self.call("GetStats", tenant, False)
 
-    def list_segments(self) -> list[tuple[SegmentInfo, str, int, int]]:
-        """ListSegments: (segment, owning client, used bytes, allocations) per segment."""
-        return self.call("ListSegments")
+    def list_segments(self, tenant: str = "") -> list[tuple[SegmentInfo, str, int, int]]:
+        """ListSegments: (segment, owning client, used bytes, allocations) per segment; every
+        segment for an admin token (or a master without tokens), else the segments the
+        token's tenant may use (the master decides, from the token)."""
+        return self.call("ListSegments", tenant, False)
 
     # -- remove family ---------------------------------------------------------------------
 

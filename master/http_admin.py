@@ -40,13 +40,14 @@ asked with another method 405 (with ``Allow``); a request line over 64 KiB gets 
 - No HA: the master is always the serving leader (``role=leader``, ``ha_state=serving``,
   upstream's strings for a serving master), ``/leader`` reports no leader view, and
   ``leader_address`` / ``view_version`` are left out of ``/health``, as upstream does without one.
-- Tokens: with ``--auth_tokens_file`` the key paths, the segment paths (but
-  ``/get_all_segments``, the names SGLang's ``check_server`` polls without a token) and
-  remove-all need
+- Tokens: with ``--auth_tokens_file`` the key paths, the segment paths (``/get_all_segments``
+  included: SGLang's ``check_server`` accepts any answer, a 401 too) and remove-all need
   ``Authorization: Bearer <token>`` (401 without a known one) and act for the token's tenant
   only: its keys alone are listed and described, remove-all removes its objects alone, and a
-  ``tenant_id`` naming another tenant is refused (403). Segments belong to no tenant: a valid
-  token sees them all. The probes (``/metrics``, ``/metrics/summary``, ``/health``, ``/role``,
+  ``tenant_id`` naming another tenant is refused (403). Segments belong to their mounter's
+  tenant: a tenant's token sees the segments it may use (its own; shared ones without other
+  tenants' client ids and with only its own bytes counted), an admin token sees every
+  segment. The probes (``/metrics``, ``/metrics/summary``, ``/health``, ``/role``,
   ``/ha_status``, ``/leader``, ``/version``) stay open. Without tokens the key paths act on the
   default tenant (as upstream), and remove-all honours ``tenant_id`` with multi-tenancy on
   (none: every tenant, as upstream).
@@ -144,6 +145,7 @@ class _Request:
     query: tuple[tuple[str, str], ...]  # (decoded name, raw value), in order
     tenant: str  # the effective tenant of key queries
     token_tenant: str | None  # the token's tenant when tokens are required
+    segment_scope: str | None  # whose segments it sees: None for every segment
 
     def raw(self, name: str) -> str | None:
         """The first raw (still percent-encoded) value of ``name``, or None."""
@@ -222,8 +224,7 @@ class AdminApi:
             "/get_all_keys": _Route(get, self._all_keys, True),
             "/query_key": _Route(get, self._query_key, True),
             "/batch_query_keys": _Route(get, self._batch_query_keys, True),
-            # Open: SGLang's check_server polls it without a token.
-            "/get_all_segments": _Route(get, self._all_segments, False),
+            "/get_all_segments": _Route(get, self._all_segments, True),
             "/get_segments_detail": _Route(get, self._segments_detail, True),
             "/query_segment": _Route(get, self._query_segment, True),
             "/api/v1/segments/status": _Route(get, self._segment_status, True),
@@ -252,13 +253,18 @@ class AdminApi:
             reply = _text(405, f"method {method} not allowed; use {route.method}\n", PLAIN)
             return dataclasses.replace(reply, headers=(("Allow", route.method),))
         token_tenant = None
+        segment_scope = None
         if route.guarded and self._authority is not None:
-            token_tenant = self._authority.tenant_of_header(authorization)
-            if token_tenant is None:
+            principal = self._authority.principal_of_header(authorization)
+            if principal is None:
                 reply = simple_error(401, Denial.UNAUTHENTICATED.value)
                 return dataclasses.replace(reply, headers=(("WWW-Authenticate", "Bearer"),))
+            token_tenant = principal.tenant
+            segment_scope = None if principal.admin else principal.tenant
         try:
-            request = _Request(_parse_query(query), token_tenant or DEFAULT_TENANT, token_tenant)
+            request = _Request(
+                _parse_query(query), token_tenant or DEFAULT_TENANT, token_tenant, segment_scope
+            )
             return route.handler(request)
         except _BadRequest as bad:
             return bad.reply
@@ -343,11 +349,12 @@ class AdminApi:
 
     # -- segments ----------------------------------------------------------------------------
 
-    def _all_segments(self, _: _Request) -> Reply:
-        return _text(200, "".join(f"{name}\n" for name in self.queries.segment_names()))
+    def _all_segments(self, request: _Request) -> Reply:
+        names = self.queries.segment_names(request.segment_scope)
+        return _text(200, "".join(f"{name}\n" for name in names))
 
-    def _segments_detail(self, _: _Request) -> Reply:
-        details = self.queries.segments()
+    def _segments_detail(self, request: _Request) -> Reply:
+        details = self.queries.segments(request.segment_scope)
         segments = [
             {
                 "segment_name": d.name,
@@ -373,7 +380,7 @@ class AdminApi:
         name = request.param("segment")
         if not name:
             return _text(400, "Missing segment query parameter\n")
-        usage = self.queries.segment_usage(name)
+        usage = self.queries.segment_usage(name, request.segment_scope)
         if usage is None:
             return _text(404, f"Failed to query segment: {ErrorCode.SEGMENT_NOT_FOUND.name}\n")
         used, capacity = usage
@@ -383,7 +390,7 @@ class AdminApi:
         name = request.param("segment")
         if not name:
             return error_reply(400, ErrorCode.INVALID_PARAMS, "Missing segment query parameter")
-        status = self.queries.segment_status(name)
+        status = self.queries.segment_status(name, request.segment_scope)
         if status is None:
             return error_reply(404, ErrorCode.SEGMENT_NOT_FOUND)
         body = {

@@ -34,8 +34,10 @@ from collections.abc import Iterator, Sequence
 from mooncake_py.errors import ErrorCode
 
 from ..state.objects import ObjectMetadata, valid_key
+from ..state.segments import MountedSegment
 from .context import ServiceContext
 from .slices import Steps, drive, map_in_slices
+from .tenant_views import tenant_bytes_on
 
 KEY_CHUNK = 4096
 """Keys per chunk yielded by :meth:`AdminQueries.key_chunks`: large enough that writing a
@@ -178,42 +180,62 @@ class AdminQueries:
 
     # -- segments ----------------------------------------------------------------------------
 
-    def segments(self) -> list[SegmentDetail]:
-        """Every mounted segment, in mount order. O(segments) under one hold of the lock."""
+    def segments(self, tenant: str | None = None) -> list[SegmentDetail]:
+        """Every mounted segment (``tenant`` None), or those ``tenant`` may use, in mount
+        order; see :mod:`~mooncake_py.master.service.tenant_views`: a segment that is not the
+        tenant's own (shared, unowned) shows no client id and only the tenant's bytes.
+
+        Complexity: O(segments), plus O(objects on shared segments) for one tenant, under
+        one hold of the lock.
+        """
         with self._lock:
-            return [
-                SegmentDetail(
-                    name=m.info.name,
-                    segment_id=m.info.id,
-                    client_id=m.client_id,
-                    base=m.info.base,
-                    size=m.info.size,
-                    te_endpoint=m.info.te_endpoint,
-                    protocol=m.info.protocol,
-                    status=SegmentStatus.OK,
-                    used_bytes=m.allocator.used_bytes,
-                    capacity_bytes=m.allocator.capacity,
-                )
-                for m in self._state.segments.all_segments()
-            ]
+            segments = self._state.segments
+            if tenant is None:
+                return [
+                    _detail(m, m.client_id, m.allocator.used_bytes) for m in segments.all_segments()
+                ]
+            details = []
+            for m in segments.usable_by(tenant):
+                if m.tenant == tenant and not m.info.shared:
+                    details.append(_detail(m, m.client_id, m.allocator.used_bytes))
+                    continue
+                used, _ = tenant_bytes_on(self._state, m, tenant)
+                details.append(_detail(m, m.client_id if m.tenant == tenant else "", used))
+            return details
 
-    def segment_names(self) -> list[str]:
-        """Each mounted segment's name once (several segments may share one), in mount
-        order. O(segments)."""
-        return list(dict.fromkeys(detail.name for detail in self.segments()))
+    def segment_names(self, tenant: str | None = None) -> list[str]:
+        """Each visible segment's name once (several segments may share one), in mount
+        order (``tenant`` as for :meth:`segments`). O(segments)."""
+        return list(dict.fromkeys(detail.name for detail in self.segments(tenant)))
 
-    def segment_usage(self, name: str) -> tuple[int, int] | None:
-        """(used bytes, capacity bytes) of the segments named ``name``, summed; None when no
-        mounted segment has that name. O(segments)."""
-        named = [detail for detail in self.segments() if detail.name == name]
+    def segment_usage(self, name: str, tenant: str | None = None) -> tuple[int, int] | None:
+        """(used bytes, capacity bytes) of the visible segments named ``name``, summed; None
+        when none has that name (``tenant`` as for :meth:`segments`). O(segments)."""
+        named = [detail for detail in self.segments(tenant) if detail.name == name]
         if not named:
             return None
         return sum(d.used_bytes for d in named), sum(d.capacity_bytes for d in named)
 
-    def segment_status(self, name: str) -> SegmentStatus | None:
-        """The status of the segment named ``name``, None when none is mounted. O(segments)."""
-        statuses = [detail.status for detail in self.segments() if detail.name == name]
+    def segment_status(self, name: str, tenant: str | None = None) -> SegmentStatus | None:
+        """The status of the visible segment named ``name``, None when there is none
+        (``tenant`` as for :meth:`segments`). O(segments)."""
+        statuses = [detail.status for detail in self.segments(tenant) if detail.name == name]
         return statuses[0] if statuses else None
+
+
+def _detail(m: MountedSegment, client_id: str, used_bytes: int) -> SegmentDetail:
+    return SegmentDetail(
+        name=m.info.name,
+        segment_id=m.info.id,
+        client_id=client_id,
+        base=m.info.base,
+        size=m.info.size,
+        te_endpoint=m.info.te_endpoint,
+        protocol=m.info.protocol,
+        status=SegmentStatus.OK,
+        used_bytes=used_bytes,
+        capacity_bytes=m.allocator.capacity,
+    )
 
 
 def _filter_keys(objects: Iterator[ObjectMetadata], tenant: str, chunk: int) -> Iterator[list[str]]:

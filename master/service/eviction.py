@@ -9,7 +9,9 @@ Two entry points, both synchronous and driven by an explicit ``now``:
   ``allow_evict_soft_pinned_objects`` is false. A pass works in slices of bounded size so the
   caller can let other requests in between.
 - :meth:`Evictor.allocate_evicting`: a write that finds no free space evicts (bounded work) and
-  retries before failing with NO_AVAILABLE_HANDLE.
+  retries before failing with NO_AVAILABLE_HANDLE. It frees only objects whose every replica
+  lies in segments the writer's tenant may use (its own, shared and unowned ones), so one
+  tenant filling its segments never evicts another tenant's objects from theirs.
 
 Never evicted: hard-pinned objects (not candidates at all), objects a reader is copying from
 (a live read lease), objects being written (which covers every replica with a transfer in
@@ -25,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 from ..state.lru import Verdict
 from ..state.objects import ObjectMetadata
@@ -244,11 +246,11 @@ class Evictor:
             allocations = segments.allocate(request)
             if allocations:
                 return allocations
-        # Only memory in segments large enough for the value can ever make room for it.
-        fitting = segments.all_segments()
-        useful = frozenset(
-            m.info.id for m in fitting if m.allocator.usable_capacity >= request.size
-        )
+        # Only memory in segments large enough for the value, and that the writer's tenant
+        # may use, can ever make room for it.
+        usable = segments.usable_by(request.tenant)
+        usable_ids = frozenset(m.info.id for m in usable)
+        useful = frozenset(m.info.id for m in usable if m.allocator.usable_capacity >= request.size)
         if not useful:
             return []  # could never fit: evicting would only lose data
         epoch = self._state.current_pin_epoch(now)
@@ -259,6 +261,8 @@ class Evictor:
             meta = self._state.objects.get(object_id)  # type: ignore[arg-type]
             if meta is None or not any(r.segment_id in useful for r in meta.replicas):
                 return Verdict.SKIP
+            if not all(r.segment_id in usable_ids for r in meta.replicas):
+                return Verdict.SKIP  # would free memory of segments the writer may not use
             return self.verdict(object_id, now)
 
         for include_pinned in (False, True):
@@ -285,6 +289,35 @@ class Evictor:
                     wrapped, cursor = True, -1
             if not include_pinned:
                 self._sync_cursor = -1
+            if len(usable_ids) < len(segments.all_segments()):
+                # Other tenants' candidates may have used up the budget: the writer's own
+                # segments' objects decide, so a tenant never fails while they hold
+                # evictable objects of its own.
+                allocations = self._evict_on_segments(useful, judge, request, now, include_pinned)
+                if allocations:
+                    return allocations
         self._state.counters.alloc_failures += 1
         self.allocation_failed = True
+        return []
+
+    def _evict_on_segments(
+        self,
+        segment_ids: frozenset[str],
+        judge: Callable[[Hashable], Verdict],
+        request: PlacementRequest,
+        now: float,
+        include_pinned: bool,
+    ) -> list[Allocation]:
+        """Evict candidates with a replica on ``segment_ids`` (in no particular order) until
+        ``request`` fits. O(objects on those segments)."""
+        objects = self._state.objects
+        for segment_id in sorted(segment_ids):
+            for object_id in objects.objects_on_segment(segment_id):
+                if object_id not in self._state.policy:
+                    continue
+                verdict = judge(object_id)
+                if verdict is Verdict.EVICT or (verdict is Verdict.PINNED and include_pinned):
+                    allocations = self._evict_and_retry(object_id, request, now)
+                    if allocations:
+                        return allocations
         return []

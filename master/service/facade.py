@@ -50,6 +50,7 @@ from ..config import MasterConfig
 from ..state.objects import ObjectMetadata, valid_key
 from ..state.segments import MountedSegment
 from ..state.store import StoreState
+from . import tenant_views
 from .context import DEFAULT_TENANT, ServiceContext, TenantResolver
 from .eviction import EvictionPass, Evictor
 from .kv_sessions import SessionService
@@ -126,21 +127,29 @@ class MasterService:
     # ------------------------------------------------------------------------------------------
     # Segments and liveness (:class:`~mooncake_py.master.service.membership.MembershipService`)
 
-    def mount_segment(self, client_id: str, segment: SegmentInfo) -> ErrorCode:
+    def mount_segment(self, client_id: str, segment: SegmentInfo, tenant: str = "") -> ErrorCode:
         """See :meth:`MembershipService.mount_segment`."""
-        return self.membership.mount_segment(client_id, segment)
+        return self.membership.mount_segment(client_id, segment, tenant)
 
-    def remount_segments(self, client_id: str, segments: Sequence[SegmentInfo]) -> ErrorCode:
+    def remount_segments(
+        self, client_id: str, segments: Sequence[SegmentInfo], tenant: str = ""
+    ) -> ErrorCode:
         """See :meth:`MembershipService.remount_segments`."""
-        return self.membership.remount_segments(client_id, segments)
+        return self.membership.remount_segments(client_id, segments, tenant)
 
-    def unmount_segment(self, client_id: str, segment_id: str) -> ErrorCode:
+    def bind_client(self, client_id: str, tenant: str) -> bool:
+        """See :meth:`MembershipService.bind_client`."""
+        return self.membership.bind_client(client_id, tenant)
+
+    def unmount_segment(self, client_id: str, segment_id: str, tenant: str = "") -> ErrorCode:
         """:meth:`unmount_segment_sliced`, every slice back to back."""
-        return drive(self.membership.unmount_segment_sliced(client_id, segment_id))
+        return drive(self.membership.unmount_segment_sliced(client_id, segment_id, tenant))
 
-    def unmount_segment_sliced(self, client_id: str, segment_id: str) -> Steps[ErrorCode]:
+    def unmount_segment_sliced(
+        self, client_id: str, segment_id: str, tenant: str = ""
+    ) -> Steps[ErrorCode]:
         """See :meth:`MembershipService.unmount_segment_sliced`."""
-        return (yield from self.membership.unmount_segment_sliced(client_id, segment_id))
+        return (yield from self.membership.unmount_segment_sliced(client_id, segment_id, tenant))
 
     def ping(self, client_id: str) -> PingResult:
         """See :meth:`MembershipService.ping`."""
@@ -460,9 +469,13 @@ class MasterService:
     # ------------------------------------------------------------------------------------------
     # Introspection
 
-    def stats(self) -> dict[str, int]:
-        """Counts and bytes for metrics and tests."""
+    def stats(self, tenant: str = "", all_tenants: bool = True) -> dict[str, int]:
+        """Counts and bytes for metrics and tests: store-wide with ``all_tenants``, else
+        :func:`~.tenant_views.stats_of` ``tenant`` (its objects, usable segments, bytes,
+        clients, sessions). O(segments), or O(objects) for one tenant."""
         with self._lock:
+            if not all_tenants:
+                return tenant_views.stats_of(self._state, self._resolve_tenant(tenant) or "")
             counters = dataclasses.asdict(self._state.counters)
             return {
                 "objects": len(self._objects),
@@ -481,9 +494,17 @@ class MasterService:
                 **counters,
             }
 
-    def segment_usage(self) -> list[tuple[SegmentInfo, str, int, int]]:
-        """(segment, owning client, used bytes, allocations) for every mounted segment."""
+    def segment_usage(
+        self, tenant: str = "", all_tenants: bool = True
+    ) -> list[tuple[SegmentInfo, str, int, int]]:
+        """(segment, owning client, used bytes, allocations) for every mounted segment with
+        ``all_tenants``, else for the segments ``tenant`` may use
+        (:func:`~.tenant_views.segment_usage_of`)."""
         with self._lock:
+            if not all_tenants:
+                return tenant_views.segment_usage_of(
+                    self._state, self._resolve_tenant(tenant) or ""
+                )
             return [
                 (m.info, m.client_id, m.allocator.used_bytes, m.allocator.allocation_count)
                 for m in self._segments.all_segments()

@@ -6,6 +6,12 @@ methods delegate to it); it depends only on the shared
 :class:`~mooncake_py.master.service.context.ServiceContext`. Withdrawing a segment is sliced
 (:mod:`.slices`): the segment goes at once, its objects in slices
 (:meth:`~mooncake_py.master.state.store.StoreState.start_unmount`).
+
+With tokens required (``--auth_tokens_file``) a mounted segment belongs to its mounter's
+tenant (only that tenant's objects, besides any tenant's in shared segments, are placed in
+it), and client ids are bound to tenants (:meth:`MembershipService.bind_client`); the call
+pipeline refuses calls carrying another tenant's client id, so only the tenant that
+registered a client may mount, remount, unmount or ping as it.
 """
 
 from __future__ import annotations
@@ -67,48 +73,85 @@ class MembershipService:
         self._segments = context.state.segments
         self._clients = context.state.clients
         self._view_version = view_version
+        self._owned_segments = bool(context.state.config.auth_tokens_file)
+        self._resolve_tenant = context.tenants.resolve
 
-    def mount_segment(self, client_id: str, segment: SegmentInfo) -> ErrorCode:
-        """Contribute ``segment`` to the store; idempotent for the same client.
+    def bind_client(self, client_id: str, tenant: str) -> bool:
+        """Bind ``client_id`` to ``tenant`` unless another tenant holds it (see
+        :meth:`~mooncake_py.master.state.clients.ClientRegistry.bind`).
 
         Returns:
-            OK; INVALID_PARAMS for a malformed segment or one owned by another client.
+            True when the client id is ``tenant``'s. O(1), under the lock.
         """
         with self._lock:
-            code = self._mount_locked(client_id, segment)
+            return self._clients.bind(client_id, tenant, self._clock())
+
+    def _owner_of(self, tenant: str) -> str | None:
+        """The tenant a segment mounted for ``tenant`` belongs to: "" (nobody) without tokens;
+        None for an invalid tenant id."""
+        if not self._owned_segments:
+            return ""
+        return self._resolve_tenant(tenant)
+
+    def mount_segment(self, client_id: str, segment: SegmentInfo, tenant: str = "") -> ErrorCode:
+        """Contribute ``segment`` to the store; idempotent for the same client.
+
+        Args:
+            tenant: the mounter's tenant (the segment's owner when tokens are required).
+
+        Returns:
+            OK; INVALID_PARAMS for a malformed segment, one owned by another client or an
+            invalid tenant.
+        """
+        with self._lock:
+            owner = self._owner_of(tenant)
+            if owner is None:
+                return ErrorCode.INVALID_PARAMS
+            code = self._mount_locked(client_id, segment, owner)
             if code == ErrorCode.OK:
                 self._clients.touch(client_id, self._clock())
             return code
 
-    def remount_segments(self, client_id: str, segments: Sequence[SegmentInfo]) -> ErrorCode:
+    def remount_segments(
+        self, client_id: str, segments: Sequence[SegmentInfo], tenant: str = ""
+    ) -> ErrorCode:
         """Re-register every segment a client holds and put it in good standing.
 
         All segments are validated before any is mounted.
 
+        Args:
+            tenant: the mounter's tenant (the segments' owner when tokens are required).
+
         Returns:
-            OK, or INVALID_PARAMS (nothing mounted) when one segment is malformed.
+            OK, or INVALID_PARAMS (nothing mounted) when one segment is malformed or the
+            tenant is invalid.
         """
         with self._lock:
-            if not client_id:
+            owner = self._owner_of(tenant)
+            if not client_id or owner is None:
                 return ErrorCode.INVALID_PARAMS
             for segment in segments:
                 if self._validate_segment(client_id, segment) != ErrorCode.OK:
                     return ErrorCode.INVALID_PARAMS
             for segment in segments:
-                self._mount_locked(client_id, segment)
+                self._mount_locked(client_id, segment, owner)
             self._clients.touch(client_id, self._clock())
             self._clients.mark_ok(client_id)
             return ErrorCode.OK
 
-    def unmount_segment_sliced(self, client_id: str, segment_id: str) -> Steps[ErrorCode]:
+    def unmount_segment_sliced(
+        self, client_id: str, segment_id: str, tenant: str = ""
+    ) -> Steps[ErrorCode]:
         """Withdraw a segment; objects left without a replica are deleted. Idempotent.
+
+        ``tenant`` is the caller's: a segment that belongs to another tenant is not withdrawn.
 
         The segment is withdrawn in the first slice (nothing is placed on it, no reader is
         given it from then on); its objects are dropped in slices, and the answer comes once
         they all are.
 
         Returns:
-            OK; INVALID_PARAMS when another client owns the segment.
+            OK; INVALID_PARAMS when another client (or tenant) owns the segment.
 
         Complexity: O(objects on the segment), in slices.
         """
@@ -116,7 +159,7 @@ class MembershipService:
             mounted = self._segments.get(segment_id)
             if mounted is None:
                 return ErrorCode.OK
-            if mounted.client_id != client_id:
+            if mounted.client_id != client_id or mounted.tenant not in ("", self._owner_of(tenant)):
                 return ErrorCode.INVALID_PARAMS
             drain = self._state.start_unmount(segment_id)
         timer = SliceTimer()
@@ -152,13 +195,13 @@ class MembershipService:
             return ErrorCode.INVALID_PARAMS
         return ErrorCode.OK
 
-    def _mount_locked(self, client_id: str, segment: SegmentInfo) -> ErrorCode:
+    def _mount_locked(self, client_id: str, segment: SegmentInfo, owner: str) -> ErrorCode:
         code = self._validate_segment(client_id, segment)
         if code == ErrorCode.OK and self._segments.get(segment.id) is None:
             # A drain of an earlier mount of this id ends first: its replicas must never
             # meet the new allocator.
             self._state.finish_drain(segment.id)
-            self._segments.mount(client_id, segment)
+            self._segments.mount(client_id, segment, owner)
         return code
 
     def reap_expired_clients(self, now: float, drain: bool = True) -> list[str]:

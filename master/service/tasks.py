@@ -73,7 +73,8 @@ class TaskService:
             meta, code = self._object(resolved, key)
             if meta is None:
                 return code, ""
-            if not all(self._state.segments.has_name(t) for t in targets):
+            # Targets are where the copy is placed: only segments the tenant may use.
+            if not all(self._state.segments.has_name(t, resolved) for t in targets):
                 return ErrorCode.INVALID_PARAMS, ""
             code = self._may_submit(meta)
             if code != ErrorCode.OK:
@@ -92,7 +93,7 @@ class TaskService:
             meta, code = self._object(resolved, key)
             if meta is None:
                 return code, ""
-            if not self._state.segments.has_name(target):
+            if not self._state.segments.has_name(target, resolved):
                 return ErrorCode.INVALID_PARAMS, ""
             on_source = [
                 r for r in self._state.readable_replicas(meta) if self._name_of(r) == source
@@ -167,7 +168,7 @@ class TaskService:
             for name in task.targets:
                 if name in held:
                     continue  # already holds a replica: nothing to copy there
-                allocation = self._state.segments.allocate_in(name, meta.size)
+                allocation = self._state.segments.allocate_in(name, meta.size, meta.tenant)
                 if allocation is None:
                     for done in allocations:
                         self._state.segments.free(done.segment.info.id, done.offset)

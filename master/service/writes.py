@@ -36,8 +36,9 @@ from ..state.store import StoreState
 from .eviction import Evictor
 
 
-def placement_request(size: int, config: ReplicateConfig) -> PlacementRequest:
-    """What placement needs from a write's config."""
+def placement_request(size: int, config: ReplicateConfig, tenant: str) -> PlacementRequest:
+    """What placement needs from a write's config, for an object of ``tenant`` (placed only
+    in segments that tenant may use)."""
     preferred = (
         (config.preferred_segment,)
         if config.preferred_segment
@@ -49,6 +50,7 @@ def placement_request(size: int, config: ReplicateConfig) -> PlacementRequest:
         preferred_names=preferred,
         writer_host_id=config.host_id,
         local_first=config.prefer_alloc_in_same_node,
+        tenant=tenant,
     )
 
 
@@ -234,7 +236,9 @@ class WritePath:
         # Allocate before letting go of the old bytes, with the object itself out of eviction's
         # reach: a rejected upsert changes nothing, and an admitted one keeps its memberships.
         with self._evictor.sparing(meta.object_id):
-            allocations = self._evictor.allocate_evicting(placement_request(size, config), now)
+            allocations = self._evictor.allocate_evicting(
+                placement_request(size, config, meta.tenant), now
+            )
         if not allocations:
             return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
         self._state.release_replicas(meta, list(meta.replicas), now, keep_object=True)
@@ -260,7 +264,7 @@ class WritePath:
         now: float,
         predecessor: ObjectMetadata | None,
     ) -> PutStartResult:
-        allocations = self._evictor.allocate_evicting(placement_request(size, config), now)
+        allocations = self._evictor.allocate_evicting(placement_request(size, config, tenant), now)
         if not allocations:
             return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
         identity = ObjectMetadata(tenant, key, size, client_id, now, [], group_id=group_id)

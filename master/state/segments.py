@@ -13,6 +13,11 @@ Placement strategies (``--allocation_strategy``):
 Explicit preferences (``preferred_segment`` / ``preferred_segments``) are tried before the
 strategy in every case.
 
+**Ownership.** A segment mounted with tokens required belongs to its mounter's tenant
+(:attr:`MountedSegment.tenant`); one mounted without belongs to nobody (""). A tenant's
+objects are placed only in segments it may use (:meth:`MountedSegment.usable_by`): its own,
+shared ones and unowned ones, whatever the strategy or the preferences name.
+
 Thread-safety: none. The master service serializes every call under its lock.
 """
 
@@ -38,6 +43,7 @@ class MountedSegment:
     Attributes:
         id_bytes: the segment id as UTF-8 (what capabilities sign), encoded once.
         proof_key: the segment's :func:`~mooncake_py.capability.proof_key`, computed once.
+        tenant: the tenant it belongs to; "" for nobody's (mounted without tokens).
     """
 
     info: SegmentInfo
@@ -45,6 +51,12 @@ class MountedSegment:
     allocator: OffsetAllocator
     id_bytes: bytes = b""
     proof_key: bytes = b""
+    tenant: str = ""
+
+    def usable_by(self, tenant: str) -> bool:
+        """Whether ``tenant``'s objects may be placed here: it is the tenant's own, shared,
+        or nobody's. O(1)."""
+        return not self.tenant or self.tenant == tenant or self.info.shared
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,6 +78,7 @@ class PlacementRequest:
         preferred_names: segment names to try first, in order.
         writer_host_id: the writer's host, used by local-first placement.
         local_first: put the writer's host segments right after the explicit preferences.
+        tenant: whose object it is: only segments it may use are candidates.
     """
 
     size: int
@@ -73,6 +86,7 @@ class PlacementRequest:
     preferred_names: tuple[str, ...] = ()
     writer_host_id: str = ""
     local_first: bool = False
+    tenant: str = ""
 
 
 class SegmentManager:
@@ -89,6 +103,9 @@ class SegmentManager:
         self._segments: dict[str, MountedSegment] = {}
         self._by_name: dict[str, list[MountedSegment]] = {}
         self._by_client: dict[str, dict[str, None]] = {}
+        # Segments that belong to a tenant and are not shared: while there are none, every
+        # segment is everyone's and placement skips the usability filter.
+        self._restricted = 0
         # Told of every range handed out (segment id, offset, size): read leases watch freed
         # ranges for reuse.
         self.on_allocated: Callable[[str, int, int], None] | None = None
@@ -107,8 +124,15 @@ class SegmentManager:
         """Every mounted segment."""
         return list(self._segments.values())
 
-    def mount(self, client_id: str, info: SegmentInfo) -> MountedSegment:
+    def usable_by(self, tenant: str) -> list[MountedSegment]:
+        """Every mounted segment ``tenant``'s objects may be placed in. O(segments)."""
+        return [m for m in self._segments.values() if m.usable_by(tenant)]
+
+    def mount(self, client_id: str, info: SegmentInfo, tenant: str = "") -> MountedSegment:
         """Start allocating in ``info``. The caller has validated it and checked the id is free.
+
+        Args:
+            tenant: the tenant it belongs to ("" for nobody's).
 
         Complexity: O(1).
         """
@@ -120,7 +144,9 @@ class SegmentManager:
             allocator=OffsetAllocator(info.size),
             id_bytes=id_bytes,
             proof_key=capability.proof_key(key, id_bytes) if key else b"",
+            tenant=tenant,
         )
+        self._restricted += _restricted(mounted)
         self._segments[info.id] = mounted
         self._by_name.setdefault(info.name, []).append(mounted)
         self._by_client.setdefault(client_id, {})[info.id] = None
@@ -134,6 +160,7 @@ class SegmentManager:
         mounted = self._segments.pop(segment_id, None)
         if mounted is None:
             return None
+        self._restricted -= _restricted(mounted)
         peers = self._by_name[mounted.info.name]
         peers.remove(mounted)
         if not peers:
@@ -177,7 +204,7 @@ class SegmentManager:
                 break
             if name in used_names or name not in self._by_name:
                 continue
-            allocation = self._allocate_in_name(name, request.size)
+            allocation = self._allocate_in_name(name, request.size, request.tenant)
             if allocation is not None:
                 placed.append(allocation)
                 used_names.add(name)
@@ -188,6 +215,10 @@ class SegmentManager:
         if (self._strategy == "local_first" or request.local_first) and request.replica_num == 1:
             yield from self._names_on_host(request.writer_host_id)
         names = list(self._by_name)
+        if self._restricted:
+            # Other tenants' names would only use up the tries.
+            tenant = request.tenant
+            names = [n for n in names if any(m.usable_by(tenant) for m in self._by_name[n])]
         if not names:
             return
         if self._strategy == "free_ratio_first":
@@ -212,23 +243,28 @@ class SegmentManager:
         free = sum(s.allocator.free_bytes for s in segments)
         return free / capacity if capacity else 0.0
 
-    def has_name(self, name: str) -> bool:
-        """Whether a mounted segment is named ``name``. O(1)."""
-        return name in self._by_name
+    def has_name(self, name: str, tenant: str | None = None) -> bool:
+        """Whether a mounted segment is named ``name`` (and, given ``tenant``, one that
+        tenant may use). O(segments of the name)."""
+        segments = self._by_name.get(name)
+        if not segments:
+            return False
+        return tenant is None or any(m.usable_by(tenant) for m in segments)
 
-    def allocate_in(self, name: str, size: int) -> Allocation | None:
-        """Reserve ``size`` bytes in a segment named ``name``; None when none has room (or
-        no segment has the name). O(segments of the name × log free ranges)."""
+    def allocate_in(self, name: str, size: int, tenant: str = "") -> Allocation | None:
+        """Reserve ``size`` bytes for ``tenant`` in a segment named ``name`` it may use; None
+        when none has room (or no such segment has the name).
+        O(segments of the name × log free ranges)."""
         if name not in self._by_name:
             return None
-        return self._allocate_in_name(name, size)
+        return self._allocate_in_name(name, size, tenant)
 
-    def _allocate_in_name(self, name: str, size: int) -> Allocation | None:
+    def _allocate_in_name(self, name: str, size: int, tenant: str) -> Allocation | None:
         segments = self._by_name[name]
         start = self._rng.randrange(len(segments))
         for i in range(len(segments)):
             segment = segments[(start + i) % len(segments)]
-            if size > segment.allocator.largest_free_block:
+            if size > segment.allocator.largest_free_block or not segment.usable_by(tenant):
                 continue
             offset = segment.allocator.allocate(size)
             if offset is not None:
@@ -251,3 +287,10 @@ class SegmentManager:
             if mounted.info.id not in self._by_client.get(mounted.client_id, {}):
                 raise AssertionError(f"segment {mounted.info.id} not indexed under its client")
             mounted.allocator.check()
+        if self._restricted != sum(_restricted(m) for m in self._segments.values()):
+            raise AssertionError("restricted segment count disagrees with mounted segments")
+
+
+def _restricted(mounted: MountedSegment) -> int:
+    """1 when only its tenant may use ``mounted``, else 0."""
+    return int(bool(mounted.tenant) and not mounted.info.shared)

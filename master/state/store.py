@@ -423,6 +423,7 @@ class StoreState:
         """
         self.objects.check()
         self.segments.check()
+        self.clients.check()
         self.sessions.check(self.objects)
         for segment_id, drain in self.draining.items():
             if drain.done or self.segments.get(segment_id) is not None:
@@ -433,8 +434,13 @@ class StoreState:
             for replica in meta.replicas:
                 if replica.segment_id in self.draining:
                     continue  # dropped when the drain reaches it
-                if self.segments.get(replica.segment_id) is None:
+                mounted = self.segments.get(replica.segment_id)
+                if mounted is None:
                     raise AssertionError(f"{meta.object_id!r} has a replica on a gone segment")
+                if not mounted.usable_by(meta.tenant):
+                    raise AssertionError(
+                        f"{meta.object_id!r} has a replica on {mounted.tenant!r}'s segment"
+                    )
                 live[replica.segment_id] = live.get(replica.segment_id, 0) + 1
             if meta.object_id in self.policy:
                 if meta.hard_pinned:

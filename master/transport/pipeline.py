@@ -7,7 +7,13 @@ For each call, in this order:
 2. **decode**: request bytes that do not parse (bad wire bytes, invalid UTF-8 in a string) are
    refused (:attr:`Rejection.UNDECODABLE`, with the parse error in the text);
 3. **bind the tenant**: a request naming another tenant than the token's is refused
-   (:attr:`Rejection.PERMISSION_DENIED`); one naming none acts for the token's tenant;
+   (:attr:`Rejection.PERMISSION_DENIED`); one naming none acts for the token's tenant; then
+   the principal's checks (:mod:`.principals`): a ``client_id`` belongs to the tenant that
+   first used it, so a call carrying another tenant's client id is refused
+   (PERMISSION_DENIED); a shared segment may be mounted only with an admin token
+   (PERMISSION_DENIED); a mounted segment's endpoint must name the caller's own host
+   (answered INVALID_PARAMS); and ``all_tenants`` of the views (GetStats, ListSegments) is
+   set from the token's role, whatever the caller sent;
 4. **run**: the request's fields become the target's arguments, the target runs and its
    result becomes the response (all as :mod:`mooncake_py._wire.rpcs` declares);
 5. **record**: :class:`~mooncake_py.master.metrics.RpcCounters` counts the call, failed when
@@ -48,7 +54,8 @@ from mooncake_py._wire.rpcs import RPCS, Rpc
 from ..metrics import RpcCounters
 from ..service.facade import SERVICE_VERSION, MasterService
 from ..service.slices import Steps, drive
-from .auth import Denial, TokenAuthority, bind_tenant
+from .auth import Caller, Denial, Principal, TokenAuthority, bind_tenant, host_of_peer
+from .principals import PrincipalChecks
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +136,7 @@ class CallPipeline:
         self.counters = counters
         self.fast_port = 0
         self._authority = authority
+        self._checks = PrincipalChecks(service, authority is not None)
         self.calls: Mapping[str, BoundCall] = {
             name: BoundCall(rpc, self._runner(rpc)) for name, rpc in RPCS.items()
         }
@@ -142,26 +150,40 @@ class CallPipeline:
         """ServiceReady's answer: ``(version, stream-channel port or 0)``."""
         return SERVICE_VERSION, self.fast_port
 
-    def authenticate(self, token: str | None) -> str | None:
-        """The identity of a caller presenting ``token`` (None: no token yet).
+    def authenticate(self, token: str | None, peer: object = None) -> Caller | None:
+        """The identity of a caller presenting ``token`` (None: no token yet) from ``peer``.
+
+        Args:
+            token: the presented token.
+            peer: where the call comes from, as the transport saw it (gRPC's
+                ``context.peer()`` or a socket's ``peername``); None when unknown.
 
         Returns:
-            Its tenant; None (unauthenticated) when tokens are required and ``token`` is
-            missing or unknown; "" (acts for whichever tenant it names) when none are.
+            Its :class:`~.auth.Caller`; None (unauthenticated) when tokens are required and
+            ``token`` is missing or unknown. Without tokens the caller acts for whichever
+            tenant it names and counts as admin.
         """
         if self._authority is None:
-            return ""
-        return self._authority.tenant_of(token)
+            return Caller("", True, host_of_peer(peer))
+        return self._caller_of(self._authority.principal_of(token), peer)
 
-    def authenticate_bearer(self, header: str | None) -> str | None:
+    def authenticate_bearer(self, header: str | None, peer: object = None) -> Caller | None:
         """:meth:`authenticate` for an ``authorization: Bearer <token>`` header value."""
         if self._authority is None:
-            return ""
-        return self._authority.tenant_of_header(header)
+            return Caller("", True, host_of_peer(peer))
+        return self._caller_of(self._authority.principal_of_header(header), peer)
 
-    def call(self, bound: BoundCall, payload: bytes, tenant: str | None) -> Answer:
+    @staticmethod
+    def _caller_of(principal: Principal | None, peer: object) -> Caller | None:
+        if principal is None:
+            return None
+        return Caller(principal.tenant, principal.admin, host_of_peer(peer), authenticated=True)
+
+    def call(self, bound: BoundCall, payload: bytes, tenant: Caller | str | None) -> Answer:
         """Run one call of ``bound`` with request bytes ``payload`` for identity ``tenant``
-        (from :meth:`authenticate`); a sliced call runs every slice back to back.
+        (the :class:`~.auth.Caller` from :meth:`authenticate`; a bare tenant string stands
+        for a caller of that tenant from no known address, an admin only when the master
+        requires no token); a sliced call runs every slice back to back.
 
         Returns:
             ``(None, serialized answer)``, or ``(rejection, UTF-8 text)`` for a refused call.
@@ -173,7 +195,9 @@ class CallPipeline:
             return admitted
         return None, bound.run(admitted)
 
-    def call_sliced(self, bound: BoundCall, payload: bytes, tenant: str | None) -> Steps[Answer]:
+    def call_sliced(
+        self, bound: BoundCall, payload: bytes, tenant: Caller | str | None
+    ) -> Steps[Answer]:
         """:meth:`call` of a sliced RPC (``bound.sliced``) as a sliced operation, for
         :func:`drive_on_loop`; a refusal comes before the first slice."""
         assert bound.run_sliced is not None, f"{bound.rpc.name} is not sliced"
@@ -182,20 +206,28 @@ class CallPipeline:
             return admitted
         return None, (yield from bound.run_sliced(admitted))
 
-    def _admit(self, bound: BoundCall, payload: bytes, tenant: str | None) -> Any:
-        """Steps 1 to 3: the parsed, tenant-bound request, or the refusal ``Answer``."""
-        bind_to = None
-        if self._authority is not None:
-            if tenant is None:
-                return Rejection.UNAUTHENTICATED, _UNAUTHENTICATED_TEXT
-            bind_to = tenant
+    def _admit(self, bound: BoundCall, payload: bytes, caller: Caller | str | None) -> Any:
+        """Steps 1 to 3: the parsed, tenant-bound request, or the refusal or early ``Answer``."""
+        if isinstance(caller, str):
+            required = self._authority is not None
+            caller = Caller(caller, not required, authenticated=required)
+        if self._authority is not None and caller is None:
+            return Rejection.UNAUTHENTICATED, _UNAUTHENTICATED_TEXT
         try:
             request = bound.parse(payload)
         except DecodeError as exc:
             return Rejection.UNDECODABLE, f"{Rejection.UNDECODABLE.value}: {exc}".encode()
-        if bind_to is not None and bind_tenant(request, bind_to) is not None:
+        if caller is None:
+            caller = Caller("", True)
+        if caller.authenticated and bind_tenant(request, caller.tenant) is not None:
             return Rejection.PERMISSION_DENIED, _PERMISSION_DENIED_TEXT
-        return request
+        verdict = self._checks.admit(bound.rpc, request, caller)
+        if verdict is None:
+            return request
+        if verdict.code is None:
+            return Rejection.PERMISSION_DENIED, verdict.text.encode()
+        self.counters.record(bound.rpc.name, True)
+        return None, bound.rpc.response_type(code=verdict.code).SerializeToString()
 
     def _runner(
         self, rpc: Rpc

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mooncake_py.cli.common import (
+    EXIT_DENIED,
     EXIT_OK,
     EXIT_STORE_ERROR,
     CliError,
@@ -28,6 +29,11 @@ from mooncake_py.cli.output import (
 from mooncake_py.cli.session_commands import emit_release
 from mooncake_py.errors import BusyError, ErrorCode, MooncakeError
 
+OWN_HELP = (
+    "show only what the token's tenant may use (the whole store needs an admin token "
+    "when the master requires tokens)"
+)
+
 SEGMENT_COLUMNS = (
     Column("segment_id", "SEGMENT"),
     Column("name", "NAME"),
@@ -42,8 +48,38 @@ SEGMENT_COLUMNS = (
 )
 
 
+TENANT_VIEW_KEY = "tenant_view"
+"""The key a master's GetStats answer carries when it answered the token's tenant's view only
+(a non-admin token): global views need an admin token."""
+
+
+def require_global_view(ctx: Context, command: str, stats: dict[str, int] | None = None) -> None:
+    """Refuse a global view the master would only answer for the token's tenant.
+
+    Unless ``--own`` was given, asks the master which view the token gets (``stats``, when
+    already fetched, tells) and fails when it is a tenant's.
+
+    Raises:
+        CliError: EXIT_DENIED, saying that an admin token is needed and how to see the
+            tenant's own view instead.
+    """
+    if ctx.args.own:
+        return
+    if stats is None:
+        stats = ctx.client.stats()
+    if stats.get(TENANT_VIEW_KEY):
+        raise CliError(
+            EXIT_DENIED,
+            f"permission denied: `{command}` shows every tenant and needs an admin token "
+            f"(the token of {ctx.tenant_label} is not an admin's); add --own to see only "
+            "what that tenant may use",
+        )
+
+
 def cmd_segments_ls(ctx: Context) -> int:
-    """``segments ls``: every mounted segment with its use."""
+    """``segments ls``: every mounted segment with its use (``--own``: the segments the
+    token's tenant may use, the only view a non-admin token gets)."""
+    require_global_view(ctx, "segments ls")
     rows: list[dict[str, Any]] = []
     for status in ctx.client.segments():
         segment, used = status.segment, status.used_bytes
@@ -67,8 +103,10 @@ def cmd_segments_ls(ctx: Context) -> int:
 
 
 def cmd_stats(ctx: Context) -> int:
-    """``stats``: the master's counters (sizes shown in binary units)."""
+    """``stats``: the master's counters (sizes shown in binary units); ``--own``: the token's
+    tenant's figures, the only view a non-admin token gets."""
     stats = ctx.client.stats()
+    require_global_view(ctx, "stats", stats)
     fields = [
         Column(name, name, "bytes" if name.endswith("_bytes") else "int") for name in sorted(stats)
     ]
@@ -144,6 +182,7 @@ def register(
     segments = commands.add_parser("segments", help="memory segments", parents=[parents.base])
     segments_sub = segments.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     ls = segments_sub.add_parser("ls", help="list mounted segments", parents=[parents.listing])
+    ls.add_argument("--own", action="store_true", help=OWN_HELP)
     ls.set_defaults(handler=cmd_segments_ls)
 
     keys = commands.add_parser("keys", help="read or remove one key", parents=[parents.base])
@@ -160,6 +199,7 @@ def register(
     rm.set_defaults(handler=cmd_keys_rm)
 
     stats = commands.add_parser("stats", help="the master's counters", parents=[parents.listing])
+    stats.add_argument("--own", action="store_true", help=OWN_HELP)
     stats.set_defaults(handler=cmd_stats)
 
     release = commands.add_parser(

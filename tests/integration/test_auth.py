@@ -22,7 +22,7 @@ from mooncake_py.errors import AuthenticationError, PermissionDeniedError
 from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.metrics import RpcCounters
 from mooncake_py.master.service.facade import MasterService
-from mooncake_py.master.transport.auth import TokenAuthority
+from mooncake_py.master.transport.auth import Caller, TokenAuthority
 from mooncake_py.master.transport.pipeline import CallPipeline, Rejection
 from mooncake_py.testing import InProcessMaster
 
@@ -183,14 +183,17 @@ def test_the_pipeline_refuses_in_order_and_counts_only_what_ran() -> None:
     exist = pipeline.calls["ExistKey"]
     garbage = b"\x12\x03\xff\xfe\xfd"
     assert pipeline.authenticate(None) is None and pipeline.authenticate("wrong") is None
-    assert pipeline.authenticate_bearer("Bearer token-b") == "tenant-b"
+    caller_b = pipeline.authenticate_bearer("Bearer token-b", "ipv4:10.0.0.7:4242")
+    assert caller_b == Caller("tenant-b", False, "10.0.0.7", authenticated=True)
+    caller_a = pipeline.authenticate("token-a")
+    assert caller_a is not None and caller_a.tenant == "tenant-a" and not caller_a.admin
     assert pipeline.call(exist, garbage, None)[0] is Rejection.UNAUTHENTICATED
-    rejection, text = pipeline.call(exist, garbage, "tenant-a")
+    rejection, text = pipeline.call(exist, garbage, caller_a)
     assert rejection is Rejection.UNDECODABLE and text.startswith(b"undecodable request: ")
     foreign = RPCS["ExistKey"].args.encode("tenant-b", "k", "").SerializeToString()
-    assert pipeline.call(exist, foreign, "tenant-a")[0] is Rejection.PERMISSION_DENIED
+    assert pipeline.call(exist, foreign, caller_a)[0] is Rejection.PERMISSION_DENIED
     unnamed = RPCS["ExistKey"].args.encode("", "k", "").SerializeToString()
-    rejection, answer = pipeline.call(exist, unnamed, "tenant-a")
+    rejection, answer = pipeline.call(exist, unnamed, caller_a)
     assert (
         rejection is None
         and RPCS["ExistKey"].result.decode(RPCS["ExistKey"].response_type.FromString(answer)) == 0

@@ -398,7 +398,15 @@ def test_error_exit_codes(cli: Cli) -> None:
 
 def test_tokens(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
-    tokens.write_text(json.dumps({"token-a": "tenant-a", "token-b": "tenant-b"}))
+    tokens.write_text(
+        json.dumps(
+            {
+                "token-a": "tenant-a",
+                "token-b": "tenant-b",
+                "token-admin": {"tenant": "ops", "role": "admin"},
+            }
+        )
+    )
     with InProcessMaster(metrics_port=-1, auth_tokens_file=str(tokens)) as secured:
         store = MooncakeDistributedStore()
         config = {
@@ -423,5 +431,24 @@ def test_tokens(tmp_path: Path) -> None:
             assert foreign.returncode == 5 and "permission denied" in foreign.stderr
             got = run_cli(*base, "--token", "token-a", "keys", "get", "k", binary=True)
             assert got.returncode == 0 and got.stdout == b"v" * 100
+
+            # Global views need an admin token; a tenant's token sees its own with --own.
+            for command in (["segments", "ls"], ["stats"]):
+                denied = run_cli(*base, "--token", "token-a", *command)
+                assert denied.returncode == 5, command
+                assert "needs an admin token" in denied.stderr and "--own" in denied.stderr
+            mine = run_cli(*base, "--token", "token-a", "--json", "segments", "ls", "--own")
+            assert mine.returncode == 0, mine.stderr
+            assert [s["name"] for s in json.loads(mine.stdout)] == [store.get_hostname()]
+            theirs = run_cli(*base, "--token", "token-b", "--json", "segments", "ls", "--own")
+            assert theirs.returncode == 0 and json.loads(theirs.stdout) == []
+            figures = run_cli(*base, "--token", "token-a", "--json", "stats", "--own")
+            assert figures.returncode == 0 and json.loads(figures.stdout)["objects"] == 1
+            admin = run_cli(*base, "--token", "token-admin", "--json", "segments", "ls")
+            assert admin.returncode == 0, admin.stderr
+            assert [s["name"] for s in json.loads(admin.stdout)] == [store.get_hostname()]
+            assert "tenant_view" not in json.loads(
+                run_cli(*base, "--token", "token-admin", "--json", "stats").stdout
+            )
         finally:
             store.close()

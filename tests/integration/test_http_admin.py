@@ -24,7 +24,11 @@ from mooncake_py.errors import ErrorCode
 from mooncake_py.testing import InProcessMaster, wait_until
 from mooncake_py.types import SegmentInfo
 
-TOKENS = {"token-a": "tenant-a", "token-b": "tenant-b"}
+TOKENS = {
+    "token-a": "tenant-a",
+    "token-b": "tenant-b",
+    "token-admin": {"tenant": "ops", "role": "admin"},
+}
 BIG = 100_000
 
 
@@ -331,6 +335,7 @@ def test_tokens_scope_every_key_and_segment_path_to_their_tenant(
         assert a.put_batch(["a/1", "a/2", "shared"], [b"A"] * 3) == 0
         assert b.put_batch(["b/1", "shared"], [b"B", b"BB"]) == 0
         guarded = [
+            "/get_all_segments",
             "/get_all_keys",
             "/query_key?key=shared",
             "/batch_query_keys?keys=shared",
@@ -345,8 +350,18 @@ def test_tokens_scope_every_key_and_segment_path_to_their_tenant(
                 assert headers["www-authenticate"] == "Bearer"
                 assert json.loads(body) == {"success": False, "error": "missing or invalid token"}
             assert _call(port, path, token="token-a")[0] == 200, path
-        # The names SGLang's check_server polls without a token stay open.
-        assert _call(port, "/get_all_segments")[0] == 200
+        # Segments belong to their mounter's tenant: each sees its own, the admin every one.
+        name_a, name_b = a.get_hostname(), b.get_hostname()
+        assert _lines(port, "/get_all_segments", "token-a") == [name_a]
+        assert _lines(port, "/get_all_segments", "token-b") == [name_b]
+        assert sorted(_lines(port, "/get_all_segments", "token-admin")) == sorted([name_a, name_b])
+        assert _call(port, f"/query_segment?segment={name_b}", token="token-a")[0] == 404
+        assert _json(port, f"/api/v1/segments/status?segment={name_b}", token="token-a")[0] == 404
+        assert _call(port, f"/query_segment?segment={name_b}", token="token-admin")[0] == 200
+        _, detail_a = _json(port, "/get_segments_detail", token="token-a")
+        assert [d["segment_name"] for d in detail_a["segments"]] == [name_a]
+        _, detail_admin = _json(port, "/get_segments_detail", token="token-admin")
+        assert detail_admin["total_segments"] == 2
         for method, path in (("POST", "/api/v1/remove_all?force=true"),):
             assert _call(port, path, method)[0] == 401
         for path in ("/metrics", "/metrics/summary", "/health", "/role", "/ha_status", "/leader"):
@@ -372,6 +387,8 @@ def test_tokens_scope_every_key_and_segment_path_to_their_tenant(
         assert _lines(port, "/get_all_keys", "token-a") == []
         assert sorted(_lines(port, "/get_all_keys", "token-b")) == ["b/1", "shared"]
         assert b.get("shared") == b"BB"
+        # The read's lease ends when B tells the master (one-way): remove-all skips it until then.
+        auth_master.wait_for_leases_to_end(["shared"], tenant="tenant-b")
         assert _json(port, "/api/v1/remove_all", "POST", "token-b")[1]["removed_count"] == 2
         assert auth_master.service.stats()["allocated_bytes"] == 0
     finally:

@@ -240,9 +240,9 @@ TAGGED_BATCH = ReplicateConfig(kv_sessions=[["s1"], []])
 
 # Per RPC: the target's arguments (what the master decodes, and the client passes).
 ARGS: dict[str, tuple[Any, ...]] = {
-    "MountSegment": ("client-1", SEGMENT),
-    "ReMountSegment": ("client-1", [SEGMENT, OTHER_SEGMENT]),
-    "UnmountSegment": ("client-1", "seg-1"),
+    "MountSegment": ("client-1", SEGMENT, "tenant-a"),
+    "ReMountSegment": ("client-1", [SEGMENT, OTHER_SEGMENT], "tenant-a"),
+    "UnmountSegment": ("client-1", "seg-1", "tenant-a"),
     "Ping": ("client-1",),
     "ServiceReady": (),
     "PutStart": ("client-1", "tenant", "k", 10, FULL_CONFIG),
@@ -276,8 +276,8 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "BatchExistKey": ("tenant", ["a", "b", "c"], "client-2"),
     "ProbeKey": ("tenant", "k"),
     "BatchProbeKey": ("tenant", ["a", "b"], "client-1", 1, 2),
-    "GetStats": (),
-    "ListSegments": (),
+    "GetStats": ("tenant-a", True),
+    "ListSegments": ("tenant-a", False),
     "Remove": ("tenant", "k", True),
     "BatchRemove": ("tenant", ["a"], False),
     "RemoveByRegex": ("tenant", "^a", True),
@@ -323,14 +323,14 @@ def test_wrong_argument_counts_are_refused() -> None:
     with pytest.raises(TypeError):
         RPCS["ExistKey"].args.encode("t")
     with pytest.raises(ValueError):
-        RPCS["MountSegment"].args.encode("client-1", SEGMENT, "extra")
+        RPCS["MountSegment"].args.encode("client-1", SEGMENT, "t", "extra")
 
 
 @pytest.mark.parametrize(
     ("name", "request_args", "expected"),
     [
         ("ExistKey", ("t", "k", "c"), INTERNAL),
-        ("GetStats", (), {}),
+        ("GetStats", ("t", False), {}),
         ("GetKvSession", ("t", "s"), (INTERNAL, None)),
         ("ReleaseKvCache", ("t", True), (INTERNAL, ReleaseResult())),
         ("RemoveAll", ("t", True), INTERNAL),
@@ -429,3 +429,17 @@ def test_responses_are_read_whole_from_a_socket(size: int) -> None:
     finally:
         left.close()
         right.close()
+
+
+def test_trailing_fields_added_later_have_defaults() -> None:
+    stats = RPCS["GetStats"].args
+    assert stats.encode() == stats.encode("", False)
+    assert list(stats.decode(stats.encode("t"))) == ["t", False]
+    unmount = RPCS["UnmountSegment"].args
+    assert list(unmount.decode(unmount.encode("c", "s"))) == ["c", "s", ""]
+    mount = RPCS["MountSegment"].args
+    assert list(mount.decode(mount.encode("client-1", SEGMENT)))[2] == ""
+    with pytest.raises(TypeError):
+        stats.encode("t", True, "extra")
+    with pytest.raises(TypeError, match="more defaults"):
+        Fields("a", defaults=("x", "y"))
