@@ -36,8 +36,25 @@ READ only refills the caller's buffer (untouched so far, since no answer byte ar
 WRITE only stores the same bytes again at the same offsets of a range the caller still has
 reserved. Nothing else is retried.
 
-A WRITE the server rejects (unknown segment, range outside it) ends the connection there: the
-rejected op gets the server's code and every later op of the call TRANSFER_FAIL.
+Capabilities. Every request carries its op's grant (:attr:`TransferOp.grant`, the master's
+capability for the replica: :func:`mooncake_py.capability.grant_of`); an op without one (or
+with one of another length) sends zeros, which the server refuses. A refused op's result is the
+server's code, as for any other: ILLEGAL_CLIENT when the grant does not allow it (forged,
+expired, another segment's or range's, READ only for a WRITE), INVALID_PARAMS for an unknown
+segment or a range outside it.
+
+A WRITE the server rejects (no valid capability, unknown segment, range outside it) ends the
+connection there: the rejected op gets the server's code and every later op of the call
+TRANSFER_FAIL.
+
+TLS. A client and server given a :class:`~mooncake_py.tls.TlsConfig` speak TLS only: the
+client checks the server's certificate against the endpoint's host (or the configured server
+name) and presents its own when it has one; a server with ``require_client_cert`` serves only
+peers presenting one signed by the CA. The exchange stays full duplex on one non-blocking
+socket: a :class:`~mooncake_py.client.transfer_tls.TlsStream` (TLS over memory BIOs) stands in
+for the socket, with the same ``sendmsg``/``recv_into``. A handshake failure (a plaintext peer,
+an untrusted or missing certificate) fails the call with TRANSFER_FAIL. Without TLS the
+exchange runs on the socket itself, exactly as before.
 """
 
 from __future__ import annotations
@@ -53,7 +70,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mooncake_py.capability import GRANT_BYTES
 from mooncake_py.errors import ErrorCode, TransferError
+from mooncake_py.tls import TlsConfig, check_hostname_target, client_context
 
 from .transfer_framing import (
     FROM_ENV,
@@ -76,6 +95,7 @@ from .transfer_framing import (
     tune,
 )
 from .transfer_server import MAX_CONNECTIONS, SERVER_IDLE_TIMEOUT_S, SegmentLookup, TransferServer
+from .transfer_tls import TlsStream, connect_tls
 
 __all__ = [
     "FROM_ENV",
@@ -107,13 +127,15 @@ POOL_IDLE_S = 30.0
 """A pooled client connection idle for longer than this is dropped rather than reused."""
 
 _DIRECT_BYTES = 64 * 1024  # payloads at least this large bypass the staging buffer
+_NO_GRANT = bytes(GRANT_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
 class TransferOp:
     """One read or write of ``len(buffer)`` bytes at ``offset`` in a remote segment, under
     ``grant`` (the master's capability for a range that holds it:
-    :func:`mooncake_py.capability.grant_of`)."""
+    :func:`mooncake_py.capability.grant_of`, :data:`~mooncake_py.capability.GRANT_BYTES`
+    bytes; empty, or any other length, sends zeros: the server refuses the op)."""
 
     op: int
     segment_id: str
@@ -126,16 +148,22 @@ class _Stalled(TimeoutError):
     """No byte moved for STALL_TIMEOUT_S."""
 
 
+Connection = socket.socket | TlsStream
+"""A pooled transfer connection: a non-blocking socket, or a TLS stream over one."""
+
+
 class _Exchange:
     """One batch on one non-blocking connection, full duplex, windowed."""
 
-    def __init__(self, sock: socket.socket, ops: Sequence[TransferOp]) -> None:
+    def __init__(self, sock: Connection, ops: Sequence[TransferOp]) -> None:
         self.sock = sock
+        # TLS may hold ciphertext back after accepting plaintext: it must be sent on its own.
+        self.tls = sock if isinstance(sock, TlsStream) else None
         self.ops = ops
         self.response_bytes = 0  # answer bytes received so far (0: the peer answered nothing)
 
     def run(self) -> list[int]:
-        sock, ops = self.sock, self.ops
+        sock, ops, tls = self.sock, self.ops, self.tls
         total = len(ops)
         results: list[int] = []
         pending: deque[memoryview] = deque()  # request bytes queued, not yet sent
@@ -160,10 +188,16 @@ class _Exchange:
                     inflight >= MAX_INFLIGHT_OPS or inflight_bytes + size > MAX_INFLIGHT_BYTES
                 ):
                     break
+                grant = op.grant if len(op.grant) == GRANT_BYTES else _NO_GRANT
                 pending.append(
                     memoryview(
                         REQUEST.pack(
-                            REQUEST_MAGIC, op.op, op.offset, size, uuid.UUID(op.segment_id).bytes
+                            REQUEST_MAGIC,
+                            op.op,
+                            op.offset,
+                            size,
+                            uuid.UUID(op.segment_id).bytes,
+                            grant,
                         )
                     )
                 )
@@ -180,6 +214,8 @@ class _Exchange:
                 if sent:
                     advance(pending, sent)
                     progressed = True
+            elif tls is not None and tls.flush():
+                progressed = True
             # Receive answers.
             try:
                 if payload is not None and len(payload) - filled >= _DIRECT_BYTES:
@@ -241,7 +277,8 @@ class _Exchange:
                 continue
             if now - last_progress >= STALL_TIMEOUT_S:
                 raise _Stalled(f"no progress for {STALL_TIMEOUT_S:g} s")
-            wanted = select.POLLIN | (select.POLLOUT if pending else 0)
+            backlog = tls is not None and tls.has_backlog
+            wanted = select.POLLIN | (select.POLLOUT if pending or backlog else 0)
             if wanted != registered:
                 poller.modify(sock, wanted)
                 registered = wanted
@@ -258,15 +295,21 @@ class TransferClient:
     Args:
         socket_buffers: (SO_SNDBUF, SO_RCVBUF) for new sockets, None for the kernel's; by
             default what ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` asks for (4 MiB when unset).
+        tls: connect with TLS only (module docstring); None for plaintext.
 
     Raises:
-        ConfigError: by default, when ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` is not a size.
+        ConfigError: by default, when ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` is not a size; a TLS
+            file that is not valid PEM.
     """
 
-    def __init__(self, *, socket_buffers: BufferChoice = FROM_ENV) -> None:
+    def __init__(
+        self, *, socket_buffers: BufferChoice = FROM_ENV, tls: TlsConfig | None = None
+    ) -> None:
         self._buffers = resolve_buffers(socket_buffers)
+        self._tls = tls
+        self._tls_context = client_context(tls) if tls is not None else None
         self._lock = threading.Lock()
-        self._idle: dict[str, list[tuple[socket.socket, float]]] = {}
+        self._idle: dict[str, list[tuple[Connection, float]]] = {}
         self._closed = False
 
     def run(self, endpoint: str, ops: Sequence[TransferOp]) -> list[int]:
@@ -322,21 +365,24 @@ class TransferClient:
         return results
 
     def _finish(
-        self, endpoint: str, conn: socket.socket, ops: Sequence[TransferOp], results: list[int]
+        self, endpoint: str, conn: Connection, ops: Sequence[TransferOp], results: list[int]
     ) -> None:
         if any(r != 0 for r, op in zip(results, ops, strict=True) if op.op == OP_WRITE):
             conn.close()  # the server closes after a rejected write
         else:
             self._give_back(endpoint, conn)
 
-    def _connect(self, endpoint: str) -> socket.socket:
+    def _connect(self, endpoint: str) -> Connection:
         host, _, port = endpoint.rpartition(":")
         conn = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
         tune(conn, self._buffers)
+        if self._tls is not None and self._tls_context is not None:
+            name = check_hostname_target(self._tls, host.strip("[]"))
+            return connect_tls(conn, self._tls_context, name, CONNECT_TIMEOUT_S)
         conn.setblocking(False)
         return conn
 
-    def _take(self, endpoint: str) -> tuple[socket.socket, bool]:
+    def _take(self, endpoint: str) -> tuple[Connection, bool]:
         """A connection to ``endpoint`` and whether it came from the pool."""
         while True:
             with self._lock:
@@ -349,7 +395,7 @@ class TransferClient:
             conn.close()
         return self._connect(endpoint), False
 
-    def _give_back(self, endpoint: str, conn: socket.socket) -> None:
+    def _give_back(self, endpoint: str, conn: Connection) -> None:
         with self._lock:
             if not self._closed:
                 self._idle.setdefault(endpoint, []).append((conn, time.monotonic()))
@@ -371,8 +417,10 @@ def _is_reset(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE)
 
 
-def _still_open(conn: socket.socket) -> bool:
+def _still_open(conn: Connection) -> bool:
     """A pooled (non-blocking, idle) connection the peer has not closed or reset."""
+    if isinstance(conn, TlsStream):
+        return conn.still_open()
     try:
         conn.recv(1, socket.MSG_PEEK)  # EOF, or bytes nobody asked for: unusable either way
         return False

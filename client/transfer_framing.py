@@ -4,11 +4,18 @@
 Framing (little-endian, fixed size, one request per header):
 
     request  = magic "MCPY" | op u8 | 3 pad | offset u64 | length u64 | segment uuid (16 bytes)
+               | grant (41 bytes)                                          (81 bytes in all)
                [+ length payload bytes when op == WRITE]
-    response = magic "MCPR" | op u8 | 3 pad | status i32 | length u64
+    response = magic "MCPR" | op u8 | 3 pad | status i32 | length u64      (24 bytes)
                [+ length payload bytes when op == READ and status == 0]
 
-``status`` is 0 or a negative ErrorCode. Requests on one connection are answered in order.
+``grant`` is the master's capability for a range of the segment holding the request's range
+(:func:`mooncake_py.capability.grant_of`, :data:`~mooncake_py.capability.GRANT_BYTES` bytes:
+offset u64 | length u64 | mode u8 | expires_ms u64 | tag 16 bytes), or 41 zero bytes when the
+sender has none (always refused). ``status`` is 0 or a negative ErrorCode: INVALID_PARAMS for
+a malformed header, an unknown segment or a range outside the segment, ILLEGAL_CLIENT (-601)
+when the grant does not allow the request (see :mod:`mooncake_py.client.transfer_server`).
+Requests on one connection are answered in order.
 
 Socket buffers. Every transfer socket (the client's connections and the server's accepted
 ones) asks for ``SO_SNDBUF`` and ``SO_RCVBUF`` of ``SOCKET_BUFFER_BYTES`` (4 MiB; the kernel
@@ -32,10 +39,13 @@ import struct
 from collections import deque
 from typing import Literal
 
+from mooncake_py.capability import GRANT_BYTES
 from mooncake_py.units import parse_size
 
-REQUEST = struct.Struct("<4sB3xQQ16s")
+REQUEST = struct.Struct(f"<4sB3xQQ16s{GRANT_BYTES}s")
+"""magic, op, offset, length, segment uuid, grant."""
 RESPONSE = struct.Struct("<4sB3xiQ")
+"""magic, op, status, length."""
 REQUEST_MAGIC = b"MCPY"
 RESPONSE_MAGIC = b"MCPR"
 OP_READ = 1

@@ -17,8 +17,30 @@ bytes, and at least every ``_FLUSH_BYTES`` of answers, so a client that pipeline
 gets answers while it is still sending. Large WRITE payloads are received straight into the
 segment mapping; READ answers are sent straight from it.
 
-A request naming an unknown segment or a range outside it is answered with INVALID_PARAMS; for
-a WRITE the connection is then closed, since its payload cannot be trusted.
+Capabilities. A request is served only under a grant from the master
+(:mod:`mooncake_py.capability`) that was made with the segment's key for the segment's id,
+covers the request's range, allows its access (READ or WRITE) and has not expired; each
+connection remembers the grants it has verified, so the parts of a multi-part op and repeated
+reads under one grant pay for one tag check (:mod:`mooncake_py.client.transfer_grants`).
+Refusals, checked in this order:
+
+- a malformed header (bad magic, unknown op): INVALID_PARAMS, then the connection is closed;
+- an unknown segment: INVALID_PARAMS;
+- no grant, or one that does not allow the request (forged, expired, another segment's, another
+  range, READ only for a WRITE): ILLEGAL_CLIENT ("no valid capability"), before anything about
+  the segment (such as its size) is looked at;
+- a range outside the segment: INVALID_PARAMS.
+
+A refused READ is answered with its code and the connection goes on. After a refused WRITE the
+connection is closed without reading the payload: it cannot be trusted, nor told apart from the
+next header. Not a byte of a segment is sent, nor written, for a refused request.
+
+TLS. A server given a :class:`~mooncake_py.tls.TlsConfig` serves TLS only. The accept loop only
+wraps the socket; the handshake runs on the connection's thread under the stall timeout, so a
+peer that stalls it (or speaks plaintext, or lacks a required client certificate) is closed
+without an answer and delays nobody else. A TLS connection cannot peek, so its first byte is
+read into a one-byte buffer and starts the staging buffer; answers are sent with
+:func:`~mooncake_py.client.transfer_tls.send_tls_buffers`.
 """
 
 from __future__ import annotations
@@ -28,11 +50,14 @@ import logging
 import random
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 
+from mooncake_py import capability
 from mooncake_py.errors import ErrorCode
+from mooncake_py.tls import TlsConfig, server_context
 
 from .transfer_framing import (
     FROM_ENV,
@@ -51,6 +76,8 @@ from .transfer_framing import (
     send_buffers,
     tune,
 )
+from .transfer_grants import VerifiedGrants
+from .transfer_tls import send_tls_buffers
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +90,20 @@ _FLUSH_BYTES = 1024 * 1024
 
 
 SegmentLookup = Callable[[bytes], tuple[memoryview, bytes] | None]
-"""Maps a segment uuid (16 bytes) to a writable view of that segment and its capability key,
-or None if unknown."""
+"""Maps a segment uuid (16 bytes) to a writable view of that segment and its capability key
+(:func:`mooncake_py.capability.new_segment_key`, as mounted; empty: the segment serves
+nobody), or None if unknown. Called once per request, from connection threads."""
+
+_MODE_OF = {OP_READ: capability.READ, OP_WRITE: capability.WRITE}
+_INVALID = int(ErrorCode.INVALID_PARAMS)
+_ILLEGAL = int(ErrorCode.ILLEGAL_CLIENT)
+
+
+def _hang_up(sock: socket.socket) -> None:
+    """Shut both directions of a connection another thread serves, so its blocked receive
+    returns. Called on the socket itself even for TLS: ``SSLSocket.shutdown`` would also drop
+    the TLS state under the serving thread's feet."""
+    socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class _Conn:
@@ -110,10 +149,13 @@ class TransferServer:
             by default what ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` asks for (4 MiB when unset).
         idle_timeout_s: a connection with no request for this long is closed.
         max_connections: connections served at once (see the module docstring).
+        tls: serve TLS only, with this certificate (and client certificates required when
+            it says so); None serves plaintext.
 
     Raises:
         OSError: the address could not be bound.
-        ConfigError: by default, when ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` is not a size.
+        ConfigError: by default, when ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` is not a size; a TLS
+            certificate or key that does not load.
     """
 
     def __init__(
@@ -125,7 +167,9 @@ class TransferServer:
         socket_buffers: BufferChoice = FROM_ENV,
         idle_timeout_s: float = SERVER_IDLE_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        tls: TlsConfig | None = None,
     ) -> None:
+        self._tls_context = server_context(tls) if tls is not None else None
         self._lookup = lookup
         self._buffers = resolve_buffers(socket_buffers)
         self._idle_timeout_s = idle_timeout_s
@@ -184,6 +228,10 @@ class TransferServer:
                 return
             tune(sock, self._buffers)
             sock.settimeout(min(STALL_TIMEOUT_S, self._idle_timeout_s))
+            if self._tls_context is not None:  # no I/O here: the handshake is the thread's
+                sock = self._tls_context.wrap_socket(
+                    sock, server_side=True, do_handshake_on_connect=False
+                )
             conn = _Conn(sock)
             with self._lock:
                 self._connections.add(conn)
@@ -198,13 +246,18 @@ class TransferServer:
         if idle:
             victim = min(idle, key=lambda c: c.idle_since or 0.0)
             with contextlib.suppress(OSError):
-                victim.sock.shutdown(socket.SHUT_RDWR)
+                _hang_up(victim.sock)
 
     def _serve(self, conn: _Conn) -> None:
         sock = conn.sock
+        tls = isinstance(sock, ssl.SSLSocket)
+        send = send_tls_buffers if tls else send_buffers
+        first = bytearray(1)
         try:
+            if isinstance(sock, ssl.SSLSocket):
+                sock.do_handshake()
             # A connection that never sends costs no staging buffer (idle floods stay cheap).
-            if not self._recv_header_bytes(conn, memoryview(bytearray(1)), socket.MSG_PEEK):
+            if not self._recv_header_bytes(conn, memoryview(first), 0 if tls else socket.MSG_PEEK):
                 return self._end(conn)
         except (OSError, ConnectionError) as exc:
             log.debug("transfer connection ended: %s", exc)
@@ -212,15 +265,19 @@ class TransferServer:
         staging = bytearray(STAGING_BYTES)
         view = memoryview(staging)
         start = end = 0  # unparsed bytes are staging[start:end]
+        if tls:  # TLS cannot peek: the byte read is the first of the staging buffer
+            staging[0] = first[0]
+            end = 1
         out: list[memoryview] = []
         out_bytes = 0
         out_reads = False  # READ answers in ``out`` still reference segment memory
+        grants = VerifiedGrants()
         try:
             while True:
                 # One request header, from staging or the socket.
                 while end - start < REQUEST.size:
                     if out:  # answer everything before waiting for more
-                        send_buffers(sock, out)
+                        send(sock, out)
                         out, out_bytes, out_reads = [], 0, False
                     if start == end:
                         start = end = 0
@@ -233,7 +290,7 @@ class TransferServer:
                         return
                     conn.idle_since = None
                     end += n
-                magic, op, offset, length, segment_uuid = REQUEST.unpack_from(staging, start)
+                magic, op, offset, length, segment_uuid, grant = REQUEST.unpack_from(staging, start)
                 start += REQUEST.size
                 if magic != REQUEST_MAGIC or op not in (OP_READ, OP_WRITE):
                     out.append(
@@ -243,22 +300,16 @@ class TransferServer:
                             )
                         )
                     )
-                    send_buffers(sock, out)
+                    send(sock, out)
                     return
-                found = self._lookup(segment_uuid)
-                segment = found[0] if found is not None else None
-                if segment is None or offset + length > len(segment):
-                    out.append(
-                        memoryview(
-                            RESPONSE.pack(RESPONSE_MAGIC, op, int(ErrorCode.INVALID_PARAMS), 0)
-                        )
-                    )
+                target = self._target(grants, op, offset, length, segment_uuid, grant)
+                if isinstance(target, int):  # refused
+                    out.append(memoryview(RESPONSE.pack(RESPONSE_MAGIC, op, target, 0)))
                     out_bytes += RESPONSE.size
                     if op == OP_WRITE:
-                        send_buffers(sock, out)
+                        send(sock, out)
                         return
                 else:
-                    target = segment[offset : offset + length]
                     if op == OP_READ:
                         conn.served_ops += 1
                         conn.served_bytes += length
@@ -269,7 +320,7 @@ class TransferServer:
                         out_reads = True
                     else:
                         if out_reads:  # answer earlier READs before this WRITE lands
-                            send_buffers(sock, out)
+                            send(sock, out)
                             out, out_bytes, out_reads = [], 0, False
                         have = min(end - start, length)
                         target[:have] = view[start : start + have]
@@ -281,12 +332,34 @@ class TransferServer:
                         out.append(memoryview(RESPONSE.pack(RESPONSE_MAGIC, op, 0, length)))
                         out_bytes += RESPONSE.size
                 if out_bytes >= _FLUSH_BYTES or len(out) >= MAX_IOV:
-                    send_buffers(sock, out)
+                    send(sock, out)
                     out, out_bytes, out_reads = [], 0, False
         except (OSError, ConnectionError) as exc:
             log.debug("transfer connection ended: %s", exc)
         finally:
             self._end(conn)
+
+    def _target(
+        self,
+        grants: VerifiedGrants,
+        op: int,
+        offset: int,
+        length: int,
+        segment_uuid: bytes,
+        grant: bytes,
+    ) -> memoryview | int:
+        """The segment memory a request may access, or the code refusing it (see the module
+        docstring for the order of the checks)."""
+        found = self._lookup(segment_uuid)
+        if found is None:
+            return _INVALID
+        segment, key = found
+        if not grants.allows(key, segment_uuid, grant, offset, length, _MODE_OF[op]):
+            log.debug("transfer request refused: no valid capability")
+            return _ILLEGAL
+        if offset + length > len(segment):
+            return _INVALID
+        return segment[offset : offset + length]
 
     def _end(self, conn: _Conn) -> None:
         """Forget a connection whose thread is done with it, and free its slot."""
@@ -326,5 +399,5 @@ class TransferServer:
             connections = list(self._connections)
         for conn in connections:
             with contextlib.suppress(OSError):
-                conn.sock.shutdown(socket.SHUT_RDWR)
+                _hang_up(conn.sock)
         self._thread.join(timeout=2)

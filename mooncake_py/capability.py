@@ -123,9 +123,11 @@ def verify(
     """Whether ``grant`` lets its holder access ``length`` bytes at ``offset`` of the
     segment with ``mode`` (every bit of it allowed) at wall-clock ``now`` (ms; default now).
 
-    Malformed grants (wrong length) are simply invalid. Constant time in the tag.
+    Malformed grants (wrong length) are simply invalid, and so is every grant for an empty
+    ``key`` (a segment mounted without one: keyed with nothing, BLAKE2s is a plain hash that
+    anybody could compute). Constant time in the tag.
     """
-    if len(grant) != GRANT_BYTES:
+    if len(grant) != GRANT_BYTES or not key:
         return False
     g_offset, g_length, g_mode, expires, tag = GRANT.unpack(grant)
     if mode & ~g_mode or offset < g_offset or offset + length > g_offset + g_length:

@@ -9,7 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
-from mooncake_py import ErrorCode
+from mooncake_py import ErrorCode, capability
 from mooncake_py._wire.rpcs import RPCS
 from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.client.transfer import OP_READ, OP_WRITE, TransferClient, TransferOp
@@ -21,6 +21,7 @@ from mooncake_py.testing import InProcessMaster, MasterProcess
 from mooncake_py.types import ReplicateConfig, SegmentInfo
 
 INVALID = ErrorCode.INVALID_PARAMS
+ILLEGAL = ErrorCode.ILLEGAL_CLIENT
 
 
 def _still_serving(address: str) -> None:
@@ -98,15 +99,28 @@ def test_bad_segments(master: InProcessMaster, make_store) -> None:  # type: ign
     assert raw.unmount_segment("someone-else", own_segment.id) == INVALID
     assert raw.mount_segment("someone-else", own_segment) == INVALID
 
-    # The transfer service refuses unknown segments and out-of-range requests.
+    # The transfer service refuses unknown segments, requests without a valid capability and
+    # out-of-range requests (under a grant, made with the segment's real key, that covers them).
     tcp = TransferClient()
     scratch = memoryview(bytearray(64))
-    unknown = TransferOp(OP_READ, str(uuid.uuid4()), 0, scratch)
+    key, segment_text = own_segment.capability_key, own_segment.id.encode()
+    expires = capability.now_ms() + 60_000
+    both = capability.READ | capability.WRITE
+    past_the_end = capability.mint(key, segment_text, own_segment.size - 10, 64, both, expires)
+    unknown = TransferOp(OP_READ, str(uuid.uuid4()), 0, scratch, past_the_end)
     assert tcp.run(own_segment.te_endpoint, [unknown]) == [INVALID]
-    beyond = TransferOp(OP_READ, own_segment.id, own_segment.size - 10, scratch)
+    ungranted = TransferOp(OP_READ, own_segment.id, 0, scratch)
+    assert tcp.run(own_segment.te_endpoint, [ungranted]) == [ILLEGAL]
+    beyond = TransferOp(OP_READ, own_segment.id, own_segment.size - 10, scratch, past_the_end)
     assert tcp.run(own_segment.te_endpoint, [beyond]) == [INVALID]
-    bad_write = TransferOp(OP_WRITE, own_segment.id, own_segment.size, scratch)
+    at_end = capability.mint(key, segment_text, own_segment.size, 64, both, expires)
+    bad_write = TransferOp(OP_WRITE, own_segment.id, own_segment.size, scratch, at_end)
     assert tcp.run(own_segment.te_endpoint, [bad_write]) == [INVALID]
+    ungranted_write = TransferOp(OP_WRITE, own_segment.id, 0, scratch)
+    assert tcp.run(own_segment.te_endpoint, [ungranted_write, ungranted_write]) == [
+        ILLEGAL,
+        ErrorCode.TRANSFER_FAIL,  # the server closed the connection at the refused write
+    ]
     tcp.close()
     assert store.put("still-works", b"yes") == 0 and store.get("still-works") == b"yes"
     raw.close()

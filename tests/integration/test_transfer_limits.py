@@ -8,6 +8,8 @@
 - a large healthy transfer, and a slow one lasting several stall timeouts, still succeeds;
 - idle server connections are closed, and the client's next call still succeeds;
 - the server's thread count stays bounded however many connections arrive.
+
+Every request carries a real grant (minted with the segment's own key) for the whole segment.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from mooncake_py import capability
 from mooncake_py.client import transfer
 from mooncake_py.client.transfer import (
     OP_READ,
@@ -40,13 +43,29 @@ LINUX_DEFAULT_BUFFERS = (212992, 212992)
 
 
 class Segment:
+    """A bytearray-backed segment with its own key, and a READ + WRITE grant for all of it
+    (valid for an hour), minted as the master would."""
+
     def __init__(self, size: int) -> None:
         self.id = str(uuid.uuid4())
         self.memory = bytearray(size)
         self.view = memoryview(self.memory)
+        self.key = capability.new_segment_key()
+        self.grant = capability.mint(
+            self.key,
+            self.id.encode(),
+            0,
+            size,
+            capability.READ | capability.WRITE,
+            capability.now_ms() + 3_600_000,
+        )
 
-    def lookup(self, segment_uuid: bytes) -> memoryview | None:
-        return self.view if segment_uuid == uuid.UUID(self.id).bytes else None
+    def lookup(self, segment_uuid: bytes) -> tuple[memoryview, bytes] | None:
+        return (self.view, self.key) if segment_uuid == uuid.UUID(self.id).bytes else None
+
+    def op(self, op: int, offset: int, buffer: memoryview) -> TransferOp:
+        """``op`` of ``buffer`` at ``offset`` under the segment's grant."""
+        return TransferOp(op, self.id, offset, buffer, self.grant)
 
 
 @pytest.fixture
@@ -67,8 +86,7 @@ def test_100k_small_reads_and_writes_with_default_buffers(
     source = os.urandom(count * size)
     source_view = memoryview(source)
     writes = [
-        TransferOp(OP_WRITE, segment.id, i * size, source_view[i * size : (i + 1) * size])
-        for i in range(count)
+        segment.op(OP_WRITE, i * size, source_view[i * size : (i + 1) * size]) for i in range(count)
     ]
     began = time.monotonic()
     assert client.run(server.endpoint, writes) == [0] * count
@@ -78,8 +96,7 @@ def test_100k_small_reads_and_writes_with_default_buffers(
     target = bytearray(count * size)
     target_view = memoryview(target)
     reads = [
-        TransferOp(OP_READ, segment.id, i * size, target_view[i * size : (i + 1) * size])
-        for i in range(count)
+        segment.op(OP_READ, i * size, target_view[i * size : (i + 1) * size]) for i in range(count)
     ]
     began = time.monotonic()
     assert client.run(server.endpoint, reads) == [0] * count
@@ -99,17 +116,14 @@ def test_mixed_large_and_small_ops_with_default_buffers(
     for n in sizes:
         offsets.append(offset)
         offset += n
-    ops = [
-        TransferOp(OP_WRITE, segment.id, o, memoryview(d))
-        for o, d in zip(offsets, data, strict=True)
-    ]
+    ops = [segment.op(OP_WRITE, o, memoryview(d)) for o, d in zip(offsets, data, strict=True)]
     assert client.run(server.endpoint, ops) == [0] * len(ops)
     buffers = [bytearray(n) for n in sizes]
     # READs and WRITEs interleaved in one batch, answered in order.
     mixed: list[TransferOp] = []
     for o, b, d in zip(offsets, buffers, data, strict=True):
-        mixed.append(TransferOp(OP_READ, segment.id, o, memoryview(b)))
-        mixed.append(TransferOp(OP_WRITE, segment.id, o, memoryview(d)))
+        mixed.append(segment.op(OP_READ, o, memoryview(b)))
+        mixed.append(segment.op(OP_WRITE, o, memoryview(d)))
     assert client.run(server.endpoint, mixed) == [0] * len(mixed)
     assert [bytes(b) for b in buffers] == data
 
@@ -192,13 +206,13 @@ def test_stopped_server_process_fails_a_read_quickly(monkeypatch: pytest.MonkeyP
         client = TransferClient()
         endpoint = f"127.0.0.1:{port}"
         buffer = memoryview(bytearray(4096))
-        assert client.run(endpoint, [TransferOp(OP_READ, segment.id, 0, buffer)]) == [0]
+        assert client.run(endpoint, [segment.op(OP_READ, 0, buffer)]) == [0]
         os.kill(pid, signal.SIGSTOP)
         # The signal lands asynchronously: wait until the kernel reports the process stopped.
         wait_until(lambda: _state_of(pid) == "T", 5.0, what="the server process stopped")
         began = time.monotonic()
         with pytest.raises(TransferError):
-            client.run(endpoint, [TransferOp(OP_READ, segment.id, 0, buffer)])
+            client.run(endpoint, [segment.op(OP_READ, 0, buffer)])
         elapsed = time.monotonic() - began
         assert elapsed < 6, elapsed
         client.close()
@@ -219,13 +233,9 @@ def test_large_healthy_transfer_survives_the_stall_timeout(
     client = TransferClient(socket_buffers=LINUX_DEFAULT_BUFFERS)
     data = os.urandom(1 << 20) * 256
     began = time.monotonic()
-    assert client.run(server.endpoint, [TransferOp(OP_WRITE, segment.id, 0, memoryview(data))]) == [
-        0
-    ]
+    assert client.run(server.endpoint, [segment.op(OP_WRITE, 0, memoryview(data))]) == [0]
     back = bytearray(size)
-    assert client.run(server.endpoint, [TransferOp(OP_READ, segment.id, 0, memoryview(back))]) == [
-        0
-    ]
+    assert client.run(server.endpoint, [segment.op(OP_READ, 0, memoryview(back))]) == [0]
     print(f"256 MiB write + read: {time.monotonic() - began:.2f} s")
     assert back == data
     client.close()
@@ -274,16 +284,16 @@ def test_idle_server_connections_close_and_the_client_copes() -> None:
     client = TransferClient()
     payload = memoryview(b"hello world")
     buffer = memoryview(bytearray(len(payload)))
-    assert client.run(server.endpoint, [TransferOp(OP_WRITE, segment.id, 0, payload)]) == [0]
+    assert client.run(server.endpoint, [segment.op(OP_WRITE, 0, payload)]) == [0]
     assert server.connection_count == 1
     deadline = time.monotonic() + 5
     while server.connection_count and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.connection_count == 0  # closed by the server while pooled by the client
-    assert client.run(server.endpoint, [TransferOp(OP_READ, segment.id, 0, buffer)]) == [0]
+    assert client.run(server.endpoint, [segment.op(OP_READ, 0, buffer)]) == [0]
     assert bytes(buffer) == b"hello world"
     time.sleep(1)
-    assert client.run(server.endpoint, [TransferOp(OP_WRITE, segment.id, 0, payload)]) == [0]
+    assert client.run(server.endpoint, [segment.op(OP_WRITE, 0, payload)]) == [0]
     client.close()
     server.close()
 
@@ -295,7 +305,7 @@ def test_a_pooled_connection_closed_under_the_client_is_retried_once() -> None:
     server = TransferServer("127.0.0.1", segment.lookup)
     client = TransferClient()
     buffer = memoryview(bytearray(16))
-    assert client.run(server.endpoint, [TransferOp(OP_READ, segment.id, 0, buffer)]) == [0]
+    assert client.run(server.endpoint, [segment.op(OP_READ, 0, buffer)]) == [0]
     transfer_still_open = transfer._still_open  # noqa: SLF001 - defeat the pre-use check
     try:
         transfer._still_open = lambda conn: True  # type: ignore[assignment]
@@ -305,7 +315,7 @@ def test_a_pooled_connection_closed_under_the_client_is_retried_once() -> None:
         for op in (OP_READ, OP_WRITE):
             with client._lock:  # noqa: SLF001
                 assert client._idle[server.endpoint]  # noqa: SLF001 - a stale pooled socket
-            assert client.run(server2.endpoint, [TransferOp(op, segment.id, 0, buffer)]) == [0]
+            assert client.run(server2.endpoint, [segment.op(op, 0, buffer)]) == [0]
             assert bytes(buffer) == b"0123456789abcdef"
             # make the pooled connection stale again
             server2.close()
@@ -334,7 +344,7 @@ def test_server_threads_stay_bounded_with_many_connections() -> None:
     client = TransferClient()
     buffer = memoryview(bytearray(8))
     began = time.monotonic()
-    assert client.run(server.endpoint, [TransferOp(OP_READ, segment.id, 0, buffer)]) == [0]
+    assert client.run(server.endpoint, [segment.op(OP_READ, 0, buffer)]) == [0]
     assert time.monotonic() - began < 3
     assert threading.active_count() - before <= 16 + 1
     for sock in socks:
