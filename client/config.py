@@ -10,8 +10,10 @@ Sources, as upstream's client and ``mooncake_config.py`` read them:
   ``MOONCAKE_GLOBAL_SEGMENT_SIZE``, ``MOONCAKE_LOCAL_BUFFER_SIZE``, ``MOONCAKE_PROTOCOL``,
   ``MOONCAKE_TENANT_ID``, ``MOONCAKE_TE_META_DATA_SERVER``).
 
-``MOONCAKE_TENANT_ID`` and ``MOONCAKE_PY_FORCE_TCP`` apply whichever form is used, unless the
-call sets them explicitly. ``enable_standalone`` (a setup argument or key) and
+``MOONCAKE_TENANT_ID``, ``MOONCAKE_PY_FORCE_TCP`` and the TLS variables (:data:`TLS_ENV`:
+``MOONCAKE_PY_TLS_CA``, ``MOONCAKE_PY_TLS_CERT``, ``MOONCAKE_PY_TLS_KEY``,
+``MOONCAKE_PY_TLS_SERVER_NAME``, ``MOONCAKE_PY_TLS_REQUIRE_CLIENT_CERT``) apply whichever form
+is used, unless the call sets them explicitly. ``enable_standalone`` (a setup argument or key) and
 ``MOONCAKE_ENABLE_STANDALONE`` are setup switches, not configuration: see
 :mod:`mooncake_py.client.compat_setup`.
 """
@@ -25,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from mooncake_py.errors import ErrorCode, InvalidParamsError
+from mooncake_py.tls import TlsConfig
 from mooncake_py.units import KIB, MIB, TIB, ConfigError, parse_bool, parse_size
 
 MIN_SEGMENT_BYTES = KIB
@@ -36,6 +39,7 @@ __all__ = [
     "MIB",
     "MIN_SEGMENT_BYTES",
     "TIB",
+    "TLS_ENV",
     "ClientConfig",
     "ClientConfigError",
     "env_enable_standalone",
@@ -104,12 +108,26 @@ class ClientConfig:
             ``MOONCAKE_PY_SHARED_SEGMENT``): a segment-host setting for an operator, whose
             mount then needs an admin token. Otherwise only this client's tenant's objects are
             placed in its segment.
+        tls_ca_file: PEM CA bundle that signs the master's and the peers' certificates (env
+            ``MOONCAKE_PY_TLS_CA``). Setting it or ``tls_cert_file`` turns TLS on for every
+            connection of the client: to the master (gRPC and stream channel), to peers'
+            transfer services, and its own transfer service; plaintext is then refused.
+        tls_cert_file: PEM certificate chain this client presents to the master (when it
+            requires client certificates) and that its transfer service presents to peers
+            (env ``MOONCAKE_PY_TLS_CERT``); needed when the client contributes a segment.
+        tls_key_file: PEM private key of ``tls_cert_file`` (env ``MOONCAKE_PY_TLS_KEY``).
+        tls_server_name: name checked against the master's and peers' certificates instead of
+            the host dialed (env ``MOONCAKE_PY_TLS_SERVER_NAME``; see :mod:`mooncake_py.tls`).
+        tls_require_client_cert: this client's transfer service accepts only peers presenting
+            a certificate signed by ``tls_ca_file`` (env
+            ``MOONCAKE_PY_TLS_REQUIRE_CLIENT_CERT``).
 
     Raises:
         ClientConfigError: on construction, for a segment or buffer size outside
             [1 KiB, 1 TiB] (0 aside), a missing hostname or master address, a master address
             that is not ``host:port``, an unknown ``master_transport`` or a non-positive
-            ``rpc_timeout_s``.
+            ``rpc_timeout_s``; a TLS file that is missing, a certificate without its key, or
+            a client contributing a segment under TLS without a certificate.
     """
 
     local_hostname: str = "127.0.0.1"
@@ -125,6 +143,11 @@ class ClientConfig:
     master_transport: str = "auto"
     auth_token: str = ""
     shared_segment: bool = False
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_server_name: str = ""
+    tls_require_client_cert: bool = False
 
     def __post_init__(self) -> None:
         for name in ("global_segment_size", "local_buffer_size"):
@@ -144,6 +167,38 @@ class ClientConfig:
             )
         if self.rpc_timeout_s <= 0:
             raise ClientConfigError("rpc_timeout_s must be positive")
+        tls = self.tls_config()
+        if tls is not None and self.global_segment_size > 0 and not tls.has_identity:
+            raise ClientConfigError(
+                "with TLS a client contributing a segment needs tls_cert_file and tls_key_file "
+                "(its transfer service presents them to peers)"
+            )
+
+    def tls_config(self) -> TlsConfig | None:
+        """The TLS settings of every connection of this client; None for plaintext.
+
+        TLS is on when ``tls_ca_file``, ``tls_cert_file`` or ``tls_key_file`` is set.
+
+        Raises:
+            ClientConfigError: a TLS file is missing or unreadable, only one of
+                ``tls_cert_file``/``tls_key_file`` is set, or ``tls_require_client_cert``
+                without ``tls_ca_file``.
+        """
+        if not (self.tls_ca_file or self.tls_cert_file or self.tls_key_file):
+            if self.tls_require_client_cert:
+                raise ClientConfigError("tls_require_client_cert needs tls_ca_file")
+            return None
+        try:
+            return TlsConfig(
+                cert_file=self.tls_cert_file,
+                key_file=self.tls_key_file,
+                ca_file=self.tls_ca_file,
+                require_client_cert=self.tls_require_client_cert,
+                server_name=self.tls_server_name,
+                setting_prefix="tls_",
+            )
+        except ConfigError as exc:
+            raise ClientConfigError(str(exc)) from exc
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ClientConfig:
@@ -165,7 +220,7 @@ class ClientConfig:
                 continue
             if name in ("global_segment_size", "local_buffer_size"):
                 kwargs[name] = _read(parse_size, value, name)
-            elif name in ("force_tcp", "shared_segment"):
+            elif name in ("force_tcp", "shared_segment", "tls_require_client_cert"):
                 kwargs[name] = _read_flag(value, name)
             elif name == "rpc_timeout_s":
                 kwargs[name] = float(value)
@@ -182,6 +237,11 @@ class ClientConfig:
             kwargs["master_transport"] = os.environ["MOONCAKE_PY_MASTER_TRANSPORT"].lower()
         if "tenant_id" not in kwargs and os.environ.get("MOONCAKE_TENANT_ID"):
             kwargs["tenant_id"] = os.environ["MOONCAKE_TENANT_ID"]
+        for variable, name in TLS_ENV.items():
+            if name not in kwargs and os.environ.get(variable):
+                text = os.environ[variable]
+                is_flag = name == "tls_require_client_cert"
+                kwargs[name] = _read_flag(text, variable) if is_flag else text
         return cls(**kwargs)
 
     @classmethod
@@ -203,6 +263,16 @@ class ClientConfig:
             ClientConfigError: as :meth:`from_file` and :meth:`from_mapping`.
         """
         return cls.from_mapping(setup_values_from_env())
+
+
+TLS_ENV = {
+    "MOONCAKE_PY_TLS_CA": "tls_ca_file",
+    "MOONCAKE_PY_TLS_CERT": "tls_cert_file",
+    "MOONCAKE_PY_TLS_KEY": "tls_key_file",
+    "MOONCAKE_PY_TLS_SERVER_NAME": "tls_server_name",
+    "MOONCAKE_PY_TLS_REQUIRE_CLIENT_CERT": "tls_require_client_cert",
+}
+"""Environment variables of the TLS settings (below setup arguments and file keys)."""
 
 
 def setup_values_from_env() -> dict[str, Any]:

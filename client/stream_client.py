@@ -21,6 +21,12 @@ the key unleased. Calls of *other* threads are not ordered after it.
 call reuses a connection that sat in the pool for over ``STALE_CHECK_AFTER_S``, a zero-timeout
 poll tells whether the master closed it (an idle connection has nothing to read unless it was
 closed); such a connection is dropped and another taken, so the call never fails for it.
+
+**TLS** (``tls`` given): every connection is a TLS connection (:func:`mooncake_py.tls.
+client_context`, the master's certificate checked against the dialed host or the configured
+server name), made and handshaken in the caller's thread before its first frame; a master that
+does not answer the handshake (a plaintext one) fails the call with an ``OSError``
+(``ssl.SSLError``). The frames are the same.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import itertools
 import select
 import socket
+import ssl
 import threading
 import time
 
@@ -38,6 +45,7 @@ from mooncake_py._wire.frames import (
     read_response,
     request_frame,
 )
+from mooncake_py.tls import TlsConfig, check_hostname_target, client_context
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -47,12 +55,28 @@ STALE_CHECK_AFTER_S = 0.25
 
 def _closed_by_peer(sock: socket.socket) -> bool:
     """Whether an idle connection (no call in flight) was closed by the other end: it is then
-    readable (end of stream or a reset). O(1), one poll."""
+    readable (end of stream or a reset). O(1), one poll (and one non-blocking read under TLS)."""
     try:
         readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):  # closed here already
         return True
-    return bool(readable)
+    if not readable:
+        return False
+    if isinstance(sock, ssl.SSLSocket):
+        # TLS sends records of its own (TLS 1.3 session tickets) that make an idle
+        # connection readable: read them; only an end of stream or an error means closed.
+        timeout = sock.gettimeout()
+        sock.setblocking(False)
+        try:
+            sock.recv(1)  # end of stream, or data an idle connection must not have: unusable
+            return True
+        except ssl.SSLWantReadError:
+            return False
+        except OSError:
+            return True
+        finally:
+            sock.settimeout(timeout)
+    return True
 
 
 class ChannelError(Exception):
@@ -71,12 +95,20 @@ class ChannelClient:
         port: its stream-channel port.
         timeout_s: socket timeout of every call.
         token: presented in an ``Authenticate`` frame on every new connection ("" for none).
+        tls: connect with TLS only (see the module docstring); None for plaintext.
+
+    Raises:
+        ConfigError: a TLS file that is not valid PEM (read once, here).
     """
 
-    def __init__(self, host: str, port: int, timeout_s: float, token: str = "") -> None:
+    def __init__(
+        self, host: str, port: int, timeout_s: float, token: str = "", tls: TlsConfig | None = None
+    ) -> None:
         self.host = host
         self.port = port
         self._token = token
+        self._tls_context = client_context(tls) if tls is not None else None
+        self._tls_name = check_hostname_target(tls, host) if tls is not None else host
         self._timeout_s = timeout_s
         self._idle: list[socket.socket] = []
         self._idle_since: dict[socket.socket, float] = {}
@@ -153,8 +185,14 @@ class ChannelClient:
             if taken is not None:
                 return taken
         sock = socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT_S)
-        sock.settimeout(self._timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls_context is not None:
+            try:  # the handshake runs under the connect timeout
+                sock = self._tls_context.wrap_socket(sock, server_hostname=self._tls_name)
+            except BaseException:
+                sock.close()
+                raise
+        sock.settimeout(self._timeout_s)
         if self._token:
             try:
                 sock.sendall(authenticate_frame(self._token))

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import yaml
 
+from mooncake_py.tls import TlsConfig
 from mooncake_py.units import (
     MIB,
     ConfigError,
@@ -262,6 +263,28 @@ class MasterConfig:
         "YAML/JSON file mapping token -> tenant; when set every RPC needs a Bearer token and "
         "tenants are separate key spaces.",
     )
+    allow_unattributed_endpoints: bool = _opt(
+        False,
+        "bool",
+        "Accept a mounted segment's te_endpoint host even when it is not the address the "
+        "client connects from (NAT or proxy setups).",
+    )
+    # Upstream has no TLS flags; these follow the common --tls_* spelling.
+    tls_cert_file: str = _opt(
+        "",
+        "path",
+        "PEM certificate chain the master presents; when set with --tls_key_file every port "
+        "(gRPC, stream channel, HTTP) speaks TLS only.",
+    )
+    tls_key_file: str = _opt("", "path", "PEM private key of --tls_cert_file.")
+    tls_ca_file: str = _opt(
+        "", "path", "PEM CA bundle that signs client certificates (for --tls_require_client_cert)."
+    )
+    tls_require_client_cert: bool = _opt(
+        False,
+        "bool",
+        "Mutual TLS: refuse clients without a certificate signed by --tls_ca_file.",
+    )
     max_batch_keys: int = _opt(
         100_000, "int", "Largest number of keys a single batch RPC accepts.", Positive()
     )
@@ -321,6 +344,28 @@ class MasterConfig:
         for low, high in _ORDERED:
             if getattr(self, low) > getattr(self, high):
                 raise invalid_value(low, getattr(self, low), f"<= {high}={getattr(self, high)!r}")
+        self.tls()  # raises ConfigError naming a missing file or an incomplete TLS setting
+
+    def tls(self) -> TlsConfig | None:
+        """The TLS settings of every port, or None when the master serves plaintext.
+
+        Raises:
+            ConfigError: a TLS file is missing or unreadable, a certificate without its key
+                (or the reverse), a CA or mutual TLS without a certificate, or mutual TLS
+                without a CA.
+        """
+        given = self.tls_cert_file or self.tls_key_file or self.tls_ca_file
+        if not given and not self.tls_require_client_cert:
+            return None
+        cfg = TlsConfig(
+            cert_file=self.tls_cert_file,
+            key_file=self.tls_key_file,
+            ca_file=self.tls_ca_file,
+            require_client_cert=self.tls_require_client_cert,
+            setting_prefix="--tls_",
+        )
+        cfg.require_server_identity()
+        return cfg
 
 
 # Pairs of fields whose values must not decrease from the first to the second.

@@ -14,10 +14,12 @@ event loop; the service's lock keeps what it reads consistent, and no path holds
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import selectors
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -156,6 +158,27 @@ class _MetricsHTTPServer(ThreadingHTTPServer):
     # socketserver's backlog of 5 makes a connection beyond it wait for a SYN retry (a second)
     # when several scrapers and probes arrive together.
     request_queue_size = 64
+    # Set for HTTPS: each accepted connection's handshake runs on its own request thread, so
+    # a client that stalls the handshake delays no one else.
+    tls_context: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        context = self.tls_context
+        if context is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(REQUEST_TIMEOUT_S)
+        try:
+            secure = context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:  # plaintext HTTP, no client certificate, ...
+            log.debug("metrics port: TLS handshake with %s failed: %s", client_address, exc)
+            return
+        try:
+            super().finish_request(secure, client_address)
+        finally:
+            with contextlib.suppress(OSError):
+                secure.shutdown(socket.SHUT_WR)
+            secure.close()
 
 
 REQUEST_TIMEOUT_S = 30.0
@@ -182,6 +205,9 @@ class MetricsServer:
         port: 0 picks a free port.
         authority: the master's tokens; by default read from ``service.config.auth_tokens_file``
             (None when it names none: no path then needs a token).
+        tls_context: serve HTTPS only (:func:`mooncake_py.tls.server_context`); a plaintext
+            request gets no answer (its connection is closed when the handshake fails). None
+            serves HTTP.
 
     Raises:
         ConfigError: the tokens file cannot be read.
@@ -195,6 +221,7 @@ class MetricsServer:
         host: str,
         port: int,
         authority: TokenAuthority | None = None,
+        tls_context: ssl.SSLContext | None = None,
     ) -> None:
         registry = CollectorRegistry()
         registry.register(_StoreCollector(service, rpcs))
@@ -269,6 +296,7 @@ class MetricsServer:
                 return  # scrapes are frequent; they are not news
 
         self._http = _MetricsHTTPServer((host, port), Handler)
+        self._http.tls_context = tls_context
         # handle_request() only accepts: the loop below has already seen a connection waiting.
         self._http.timeout = 0
         self.port = int(self._http.server_address[1])

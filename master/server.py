@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from mooncake_py import tls
 from mooncake_py._wire.rpcs import SERVICE_NAME
 
 from .background import BackgroundLoops
@@ -66,6 +67,9 @@ class MasterServer:
             TokenAuthority.from_file(config.auth_tokens_file) if config.auth_tokens_file else None
         )
         self._authority = authority
+        # Built here too, so a certificate that does not load fails the start with its name.
+        self._tls = config.tls()
+        self._tls_context = tls.server_context(self._tls) if self._tls is not None else None
         self._pipeline = CallPipeline(self.service, authority, RpcCounters())
 
     @property
@@ -102,7 +106,10 @@ class MasterServer:
         add_to_server(self._pipeline, server)
         bind = f"{self.config.rpc_address}:{self.config.port}"
         try:
-            self.port = server.add_insecure_port(bind)
+            if self._tls is None:
+                self.port = server.add_insecure_port(bind)
+            else:
+                self.port = server.add_secure_port(bind, tls.grpc_server_credentials(self._tls))
         except RuntimeError as exc:
             raise RuntimeError(f"cannot listen on {bind}: {exc}") from exc
         health = health_aio.HealthServicer()
@@ -126,6 +133,7 @@ class MasterServer:
                 self.config.rpc_address,
                 self.config.metrics_port,
                 authority=self._authority,
+                tls_context=self._tls_context,
             )
             self.metrics_port = self._metrics.port
         if self.config.fast_rpc_port >= 0:
@@ -136,12 +144,20 @@ class MasterServer:
                 self.config.max_message_bytes,
                 self.config.stream_max_connections,
                 self.config.rpc_conn_timeout_seconds,
+                ssl_context=self._tls_context,
             )
             self.fast_port = self._channel.port
             self._pipeline.fast_port = self.fast_port
         if self._loops is not None:
             self._loops.start()
-        log.info("master listening on %s:%d", self.config.rpc_address, self.port)
+        log.info(
+            "master listening on %s:%d (%s)",
+            self.config.rpc_address,
+            self.port,
+            "plaintext"
+            if self._tls is None
+            else "TLS" + (" mutual" if self._tls.require_client_cert else ""),
+        )
         return self.port
 
     async def stop(self, grace_s: float | None = 0.5) -> None:

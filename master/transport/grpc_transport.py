@@ -39,10 +39,11 @@ def _behaviour(
     requires_token = pipeline.requires_token
 
     async def handle(payload: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        tenant: str | None = ""
+        header = None
         if requires_token:
             metadata = dict(context.invocation_metadata() or ())
-            tenant = pipeline.authenticate_bearer(metadata.get("authorization"))
+            header = metadata.get("authorization")
+        tenant = pipeline.authenticate_bearer(header, context.peer())
         if bound.sliced:
             rejection, answer = await drive_on_loop(pipeline.call_sliced(bound, payload, tenant))
         else:

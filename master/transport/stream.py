@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Mapping
 
@@ -83,6 +84,7 @@ class _ChannelProtocol(asyncio.Protocol):
     ) -> None:
         self._pipeline = pipeline
         self._calls = calls
+        self._peer: object = None  # the socket's peername, once connected
         self._tenant = pipeline.authenticate(None)  # no token presented yet
         self._max_frame = max_frame
         # Until a token is accepted, frames stay small: nothing unauthenticated is buffered.
@@ -112,6 +114,8 @@ class _ChannelProtocol(asyncio.Protocol):
             return
         self._transport = transport
         self._live[transport] = self
+        self._peer = transport.get_extra_info("peername")
+        self._tenant = self._pipeline.authenticate(None, self._peer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None:
@@ -196,7 +200,9 @@ class _ChannelProtocol(asyncio.Protocol):
             rejection, body = self._pipeline.call(bound, payload, self._tenant)
             return _status(rejection), body
         if name == AUTHENTICATE:
-            self._tenant = self._pipeline.authenticate(payload.decode("utf-8", "replace"))
+            self._tenant = self._pipeline.authenticate(
+                payload.decode("utf-8", "replace"), self._peer
+            )
             if self._tenant is None:
                 return STATUS_UNAUTHENTICATED, _BAD_TOKEN_TEXT
             self._frame_limit = self._max_frame
@@ -273,6 +279,7 @@ async def start_channel(
     max_frame: int,
     max_connections: int = 4096,
     idle_timeout_s: float = 300.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> StreamChannel:
     """Listen on ``host:port`` (0 picks a free port) and serve every RPC of ``pipeline``.
 
@@ -282,6 +289,10 @@ async def start_channel(
         max_connections: connections held at once; a connection beyond is closed at once.
         idle_timeout_s: a connection silent this long (no call of its running) is closed;
             0 keeps idle connections open.
+        ssl_context: serve TLS only (:func:`mooncake_py.tls.server_context`): a connection
+            whose TLS handshake fails or does not finish within ``PRE_AUTH_TIMEOUT_S`` (a
+            plaintext client, a client without a required certificate) is closed before any
+            frame is read; None serves plaintext.
 
     Raises:
         OSError: the address could not be bound.
@@ -290,6 +301,11 @@ async def start_channel(
     live: dict[asyncio.Transport, _ChannelProtocol] = {}
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: _ChannelProtocol(pipeline, calls, max_frame, live, max_connections), host, port
+        lambda: _ChannelProtocol(pipeline, calls, max_frame, live, max_connections),
+        host,
+        port,
+        ssl=ssl_context,
+        # A handshake that stalls holds a connection as an unauthenticated one would.
+        ssl_handshake_timeout=PRE_AUTH_TIMEOUT_S if ssl_context is not None else None,
     )
     return StreamChannel(server, live, idle_timeout_s)

@@ -22,6 +22,8 @@ from mooncake_py.errors import (
     UnavailableError,
     error_class_of,
 )
+from mooncake_py.tls import TlsConfig
+from mooncake_py.units import ConfigError
 
 EXIT_OK = 0
 EXIT_ABORTED = 1
@@ -146,6 +148,7 @@ class Context:
             raise UsageError(f"--master must be HOST:PORT, got {address!r}")
         if args.timeout <= 0:
             raise UsageError("--timeout must be positive")
+        _check_tls_options(args)
         token = args.token or ""
         tenant = args.tenant if args.tenant is not None else ("" if token else "default")
         out = OutputOptions.resolve(
@@ -162,6 +165,7 @@ class Context:
                 token (the command runner reports them).
         """
         if self._client is None:
+            tls = tls_settings(self.args)
             config = ClientConfig(
                 master_server_addr=self.address,
                 global_segment_size=0,
@@ -169,6 +173,10 @@ class Context:
                 # With a token, "default" lets the token decide the tenant.
                 tenant_id=self.tenant or "default",
                 rpc_timeout_s=self.timeout_s,
+                tls_ca_file=tls["tls_ca_file"],
+                tls_cert_file=tls["tls_cert_file"],
+                tls_key_file=tls["tls_key_file"],
+                tls_server_name=tls["tls_server_name"],
             )
             self._client = Client(config)
         return self._client
@@ -205,6 +213,37 @@ class Context:
         answer = stdin.readline()
         if answer.strip().lower() not in ("y", "yes"):
             raise CliError(EXIT_ABORTED, "aborted: not confirmed")
+
+
+# CLI option (namespace attribute) -> ClientConfig field, for TLS to the master.
+_TLS_OPTIONS = {
+    "tls_ca": "tls_ca_file",
+    "tls_cert": "tls_cert_file",
+    "tls_key": "tls_key_file",
+    "tls_server_name": "tls_server_name",
+}
+
+
+def tls_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The ClientConfig TLS fields the command line (or its environment defaults) set."""
+    return {field: getattr(args, option, "") or "" for option, field in _TLS_OPTIONS.items()}
+
+
+def _check_tls_options(args: argparse.Namespace) -> None:
+    """Raise UsageError for a TLS file that does not exist or a certificate without its key."""
+    settings = tls_settings(args)
+    if not (settings["tls_ca_file"] or settings["tls_cert_file"] or settings["tls_key_file"]):
+        return
+    try:
+        TlsConfig(
+            cert_file=settings["tls_cert_file"],
+            key_file=settings["tls_key_file"],
+            ca_file=settings["tls_ca_file"],
+            server_name=settings["tls_server_name"],
+            setting_prefix="--tls-",
+        )
+    except ConfigError as exc:
+        raise UsageError(str(exc).replace("_file", "")) from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +305,22 @@ def add_common_options(parser: argparse.ArgumentParser, suppress: bool, files: b
         default=default(10.0),
         help="deadline of each master call (default 10)",
     )
+    for option, variable, what in (
+        ("--tls-ca", "MOONCAKE_PY_TLS_CA", "PEM CA that signs the master's certificate: TLS on"),
+        ("--tls-cert", "MOONCAKE_PY_TLS_CERT", "PEM client certificate (mutual TLS)"),
+        ("--tls-key", "MOONCAKE_PY_TLS_KEY", "PEM private key of --tls-cert"),
+        (
+            "--tls-server-name",
+            "MOONCAKE_PY_TLS_SERVER_NAME",
+            "name to check the master's certificate against instead of the --master host",
+        ),
+    ):
+        group.add_argument(
+            option,
+            metavar="NAME" if option == "--tls-server-name" else "FILE",
+            default=default(os.environ.get(variable, "")),
+            help=f"{what} (env {variable})",
+        )
     group.add_argument(
         "--json", action="store_true", default=default(False), help="print JSON for scripts"
     )
