@@ -41,8 +41,9 @@ from mooncake_py.types import PutStartResult, ReplicaListResult, ReplicateConfig
 from .config import ClientConfig
 from .data_plane import DataPlane, ReadItem, WriteItem
 from .heartbeat import Heartbeat
+from .local_share import LocalShareServer
 from .master_rpc import MasterClient
-from .segment import LocalSegment, host_id, remove_stale_segment_files
+from .segment import LocalSegment, host_id
 from .task_worker import TaskWorker
 from .transfer import TransferServer
 from .transfer_server import PICK_FROM_UPSTREAM_PORTS
@@ -74,7 +75,7 @@ class ClientCore:
     Raises:
         MooncakeError: joining failed (master unreachable, segment cannot be created or
             mounted), as the code's family class; everything started so far is torn down.
-        OSError: the shared-memory segment could not be created.
+        OSError: the segment's memory could not be created.
     """
 
     def __init__(self, config: ClientConfig, clock: Callable[[], float] = time.monotonic) -> None:
@@ -86,21 +87,24 @@ class ClientCore:
         self.tenant = config.tenant_id if explicit else ""
         self.host_id = host_id()
         self._segment: LocalSegment | None = None
+        self._share: LocalShareServer | None = None
         # Shared with the master only: it keys the capabilities our data plane asks for.
         self._segment_key = new_segment_key()
         self._server: TransferServer | None = None
         self._segment_info: SegmentInfo | None = None
+        tls = config.tls_config()
         self.master = MasterClient(
             config.master_server_addr,
             config.rpc_timeout_s,
             config.master_transport == "auto",
             config.auth_token,
+            tls=tls,
         )
         try:
             self._join()
             # Inside: a bad transfer setting (MOONCAKE_PY_TCP_SOCKET_BUFFER) must not leave
             # the segment mounted and the master connection open.
-            self.data = DataPlane(self.host_id, self._segment, config.force_tcp)
+            self.data = DataPlane(self.host_id, self._segment, config.force_tcp, tls=tls)
         except BaseException:
             self.close()
             raise
@@ -128,14 +132,19 @@ class ClientCore:
     def _join(self) -> None:
         self.master.service_ready()  # fails fast when the master is unreachable
         self.master.connect_stream()
-        remove_stale_segment_files()
         if self.config.global_segment_size > 0:
             self._segment = LocalSegment(self.config.global_segment_size)
             segment = self._segment
+            # Bound before the mount makes the segment id known: nobody can hold the name.
+            try:
+                self._share = LocalShareServer(segment, self._segment_key)
+            except OSError as exc:
+                log.warning("no same-host shared memory for this segment (TCP only): %s", exc)
             self._server = TransferServer(
                 _listen_host(self.config.local_hostname),
                 self._lookup_segment,
                 PICK_FROM_UPSTREAM_PORTS,
+                tls=self.config.tls_config(),
             )
             name = self.config.local_hostname
             if name.count(":") != 1:
@@ -367,7 +376,8 @@ class ClientCore:
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Unmount, stop serving, delete the segment file. Never raises."""
+        """Unmount, stop serving, release the segment's memory (freed by the kernel once no
+        peer maps it any more). Never raises."""
         heartbeat = getattr(self, "heartbeat", None)
         if heartbeat is not None:
             heartbeat.stop()
@@ -380,6 +390,8 @@ class ClientCore:
         data = getattr(self, "data", None)
         if data is not None:
             data.close()
+        if self._share is not None:
+            self._share.close()
         if self._server is not None:
             self._server.close()
         if self._segment is not None:

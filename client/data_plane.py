@@ -3,8 +3,10 @@
 Paths, best first:
 
 1. the replica lives in this client's own segment: one memcpy;
-2. it lives in another client's segment on this host (same ``host_id`` and its shared-memory
-   file is visible here): map that file once, then one memcpy per transfer;
+2. it lives in another client's segment on this host (same ``host_id``) and its capability
+   allows MAP: the owner hands its memory over a local socket once per segment
+   (:mod:`.local_share`, cached by :mod:`.peer_mappings`), then one memcpy per transfer; a
+   failed handover falls back to path 3 (and is not retried for a few seconds);
 3. otherwise: the owner's TCP transfer service, pipelining every op for one peer on one
    connection.
 
@@ -25,9 +27,12 @@ from dataclasses import dataclass
 
 from mooncake_py.capability import grant_of
 from mooncake_py.errors import ErrorCode, TransferError
+from mooncake_py.tls import TlsConfig
 from mooncake_py.types import ReplicaDescriptor
 
-from .segment import LocalSegment, MappedFile, PeerMappings
+from .local_share import allows_map
+from .peer_mappings import PeerMappings
+from .segment import LocalSegment, MappedMemory
 from .transfer import OP_READ, OP_WRITE, TransferClient, TransferOp
 
 # Below this, a slice assignment is as fast as anything else.
@@ -117,14 +122,21 @@ class DataPlane:
         host_id: this machine's id (see :func:`mooncake_py.client.segment.host_id`).
         local_segment: the segment this client contributes, if any.
         force_tcp: always use the TCP path.
+        tls: TLS settings for connections to peers' transfer services (None: plaintext).
     """
 
-    def __init__(self, host_id: str, local_segment: LocalSegment | None, force_tcp: bool) -> None:
+    def __init__(
+        self,
+        host_id: str,
+        local_segment: LocalSegment | None,
+        force_tcp: bool,
+        tls: TlsConfig | None = None,
+    ) -> None:
         self.host_id = host_id
         self.force_tcp = force_tcp
         self._local = local_segment
         self._peers = PeerMappings()
-        self._tcp = TransferClient()
+        self._tcp = TransferClient(tls=tls)
 
     def own_memory_of(self, replica: ReplicaDescriptor) -> memoryview | None:
         """A view of the replica's bytes when it lies in this client's own segment (whatever
@@ -144,7 +156,7 @@ class DataPlane:
             return None
         return mapped.view[replica.offset : replica.offset + replica.size]
 
-    def mapped_address(self, replica: ReplicaDescriptor) -> tuple[int, MappedFile] | None:
+    def mapped_address(self, replica: ReplicaDescriptor) -> tuple[int, MappedMemory] | None:
         """Address of the replica's bytes in this process and the mapping that keeps them valid,
         or None when the replica is not mapped here."""
         if self.force_tcp:
@@ -154,10 +166,15 @@ class DataPlane:
         mapped = self._peer_mapping(replica)
         return None if mapped is None else (mapped.address + replica.offset, mapped)
 
-    def _peer_mapping(self, replica: ReplicaDescriptor) -> MappedFile | None:
-        """The mapping of a same-host peer's segment holding ``replica``, or None."""
-        # Shared-memory handover from peers is not wired yet: the TCP path serves them.
-        return None
+    def _peer_mapping(self, replica: ReplicaDescriptor) -> MappedMemory | None:
+        """The mapping of a same-host peer's segment holding ``replica`` (handed over by its
+        owner the first time), or None: another host, no MAP in the capability, or no
+        handover (the caller then uses TCP)."""
+        if replica.host_id != self.host_id or not allows_map(replica.capability):
+            return None
+        return self._peers.get(
+            replica.segment_id, replica.capability, replica.offset + replica.size
+        )
 
     def write(self, items: Sequence[WriteItem]) -> list[int]:
         """Write every item to all of its replicas.
@@ -246,9 +263,14 @@ class DataPlane:
             codes = [int(ErrorCode.TRANSFER_FAIL)] * len(indexed_ops)
         return [(index, code) for (index, _), code in zip(indexed_ops, codes, strict=True)]
 
-    def prune_dead_peers(self) -> None:
-        """Unmap segments whose owner process died (their bytes are no longer authoritative)."""
-        self._peers.prune()
+    def prune_dead_peers(self) -> list[str]:
+        """Unmap segments whose owner process died or stopped serving them (their bytes are
+        no longer authoritative, and the mapping would keep their memory alive).
+
+        Returns:
+            The segment ids unmapped.
+        """
+        return self._peers.prune()
 
     def close(self) -> None:
         """Drop peer mappings and pooled connections."""

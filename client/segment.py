@@ -1,41 +1,54 @@
-"""Client memory: the segment a client contributes, and mappings of peers' segments.
+"""Client memory: the segment a client contributes, as anonymous shared memory.
 
-A segment is a file in ``/dev/shm`` created with owner-only permissions and mapped into the
-owning process. The owner serves it to remote clients over TCP; clients on the same host map
-the same file and copy directly, one memcpy and no socket. The file name carries the owner's pid
-so that files left behind by a crashed owner can be found and removed
-(:func:`remove_stale_segment_files`).
+A segment is a memfd (``memfd_create``): shared memory with no name in any file system. The
+owner maps it ``MAP_SHARED`` and serves it to remote clients over TCP; same-host peers that
+hold a capability for it get its file descriptor from the owner over a local socket
+(:mod:`mooncake_py.client.local_share`) and map the same pages, so their copies are one memcpy
+and no socket. Nothing is ever created in ``/dev/shm``: when the last process holding the
+memfd or a mapping of it exits (``kill -9`` included) the kernel frees the memory, and no file
+can be left behind.
+
+The memfd is sealed against shrinking and growing (``F_SEAL_SHRINK | F_SEAL_GROW``, then
+``F_SEAL_SEAL``) where the kernel supports seals: no holder of the descriptor can truncate the
+pages under another's mapping (which would raise SIGBUS there) or change the seals.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import hashlib
 import mmap
 import os
 import socket
-import threading
 import uuid
 from pathlib import Path
 
-SHM_DIR = Path("/dev/shm")
-SHM_PREFIX = "mooncake_py-"
+MEMFD_PREFIX = "mooncake_py/"
+"""The memfd's name starts with this, followed by the segment id (it shows in
+``/proc/<pid>/maps`` as ``/memfd:mooncake_py/<id> (deleted)``; it names nothing)."""
+
+SEAL_SHRINK = getattr(fcntl, "F_SEAL_SHRINK", 0)
+"""The seal a peer requires before it maps a handed-over segment (0: no seals here)."""
+SEALS = SEAL_SHRINK | getattr(fcntl, "F_SEAL_GROW", 0) | getattr(fcntl, "F_SEAL_SEAL", 0)
+"""Seals added to a segment's memfd: its size is fixed for good, and the seals with it."""
 
 
 def host_id() -> str:
-    """An id shared by every process that sees the same ``/dev/shm`` on this machine.
+    """An id shared by every process that can take part in a same-host handover here.
 
-    Machine id plus boot id plus the inode of ``/dev/shm``: containers on one machine that do
-    not share ``/dev/shm`` get different ids, and a reboot changes the id.
+    Machine id plus boot id plus the network namespace: the handover socket lives in the
+    abstract Unix namespace, which is per network namespace, so containers on one machine
+    that do not share one get different ids, and a reboot changes the id.
     """
     parts = [socket.gethostname()]
     for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
         with contextlib.suppress(OSError):
             parts.append(Path(path).read_text().strip())
     with contextlib.suppress(OSError):
-        stat = SHM_DIR.stat()
-        parts.append(f"{stat.st_dev}:{stat.st_ino}")
+        stat = os.stat("/proc/self/ns/net")
+        parts.append(f"net:{stat.st_dev}:{stat.st_ino}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
@@ -45,33 +58,25 @@ def _address_of(mapping: mmap.mmap) -> tuple[int, ctypes.Array[ctypes.c_char]]:
     return ctypes.addressof(anchor), anchor
 
 
-class MappedFile:
-    """A shared-memory file mapped read-write into this process.
+class MappedMemory:
+    """Shared memory (a memfd's pages) mapped read-write into this process.
+
+    Args:
+        fd: the descriptor to map; the caller keeps ownership of it (the mapping holds its
+            own duplicate, released by :meth:`close`).
+        size: bytes to map (> 0, at most the descriptor's size).
+
+    Raises:
+        OSError, ValueError: the descriptor cannot be mapped.
 
     Attributes:
-        path: the file.
         size: bytes mapped.
         address: address of the first byte in this process.
         view: a writable memoryview of the whole mapping.
     """
 
-    def __init__(self, path: str, size: int, create: bool) -> None:
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(path, flags, 0o600)
-        try:
-            if create:
-                os.ftruncate(fd, size)
-            elif os.fstat(fd).st_size < size:
-                raise OSError(f"{path} is smaller than the segment it should hold")
-            self._mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            if create:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-            raise
-        os.close(fd)
-        self.path = path
+    def __init__(self, fd: int, size: int) -> None:
+        self._mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.size = size
         self.address, self._anchor = _address_of(self._mapping)
         self.view = memoryview(self._mapping)
@@ -84,110 +89,67 @@ class MappedFile:
             self._mapping.close()
 
 
-class LocalSegment(MappedFile):
-    """The segment this client contributes: a new ``/dev/shm`` file, mode 0600.
+class LocalSegment(MappedMemory):
+    """The segment this client contributes: a new memfd of ``size`` bytes, zero-filled,
+    close-on-exec, sealed at that size (see the module docstring).
 
     Args:
         size: bytes (> 0).
+
+    Raises:
+        ValueError: ``size`` is not positive.
+        OSError: the memory could not be created (``ENOMEM``, a memfd limit, ...).
+
+    Attributes:
+        segment_id: a fresh uuid4, as mounted on the master.
+        fd: the memfd, handed to peers by :class:`~mooncake_py.client.local_share.LocalShareServer`
+            (valid until :meth:`close`).
+        sealed: whether the seals could be applied.
     """
 
     def __init__(self, size: int) -> None:
+        if size <= 0:
+            raise ValueError(f"a segment needs a positive size, not {size}")
         self.segment_id = str(uuid.uuid4())
-        path = str(SHM_DIR / f"{SHM_PREFIX}{os.getpid()}-{self.segment_id}")
-        super().__init__(path, size, create=True)
-
-    def close(self) -> None:
-        """Unmap and delete the file."""
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
-        super().close()
-
-
-class PeerMappings:
-    """Mappings of other clients' segments on this host, opened on first use. Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_segment: dict[str, MappedFile] = {}
-
-    def get(self, segment_id: str, path: str, size_at_least: int) -> MappedFile | None:
-        """The mapping of ``path`` (cached per segment id), or None when it cannot be opened."""
-        with self._lock:
-            mapped = self._by_segment.get(segment_id)
-            if mapped is not None and mapped.size >= size_at_least:
-                return mapped
-        if not path.startswith(str(SHM_DIR) + "/" + SHM_PREFIX):
-            return None
+        fd = os.memfd_create(
+            MEMFD_PREFIX + self.segment_id, os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0)
+        )
         try:
-            size = os.stat(path).st_size
-            mapped = MappedFile(path, size, create=False)
-        except (OSError, ValueError):
-            return None
-        if mapped.size < size_at_least:
-            mapped.close()
-            return None
-        with self._lock:
-            previous = self._by_segment.get(segment_id)
-            self._by_segment[segment_id] = mapped
-        if previous is not None:
-            previous.close()
-        return mapped
-
-    def forget(self, segment_id: str) -> None:
-        """Drop a mapping (its owner went away)."""
-        with self._lock:
-            mapped = self._by_segment.pop(segment_id, None)
-        if mapped is not None:
-            mapped.close()
-
-    def prune(self) -> list[str]:
-        """Forget mappings whose owner process has died, deleting their files (crash recovery).
-
-        Returns:
-            The segment ids forgotten. Complexity: O(mappings).
-        """
-        with self._lock:
-            dead = [sid for sid, m in self._by_segment.items() if not _owner_alive(m.path)]
-        for segment_id in dead:
-            mapped = self._by_segment.get(segment_id)
-            if mapped is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(mapped.path)
-            self.forget(segment_id)
-        return dead
+            os.ftruncate(fd, size)
+            self.sealed = _seal(fd)
+            super().__init__(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
 
     def close(self) -> None:
-        """Drop every mapping."""
-        with self._lock:
-            mappings = list(self._by_segment.values())
-            self._by_segment.clear()
-        for mapped in mappings:
-            mapped.close()
+        """Unmap and close the memfd (the memory is freed once no peer maps it). Idempotent."""
+        if self.fd < 0:
+            return
+        super().close()
+        os.close(self.fd)
+        self.fd = -1
 
 
-def remove_stale_segment_files() -> list[str]:
-    """Delete segment files whose owner process no longer exists; returns the paths removed."""
-    removed: list[str] = []
-    for path in SHM_DIR.glob(f"{SHM_PREFIX}*"):
-        if _owner_alive(str(path)):
-            continue
-        with contextlib.suppress(OSError):
-            path.unlink()
-            removed.append(str(path))
-    return removed
-
-
-def _owner_alive(path: str) -> bool:
-    """False when ``path`` names a segment file whose owner process no longer exists."""
-    pid_text = Path(path).name[len(SHM_PREFIX) :].split("-", 1)[0]
-    return not pid_text.isdigit() or _process_alive(int(pid_text))
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _seal(fd: int) -> bool:
+    """Apply :data:`SEALS` to ``fd``; False where the kernel or platform has no seals."""
+    add_seals = getattr(fcntl, "F_ADD_SEALS", None)
+    if add_seals is None or not SEALS:
         return False
-    except PermissionError:
-        return True
+    try:
+        fcntl.fcntl(fd, add_seals, SEALS)
+    except OSError:  # EINVAL: a kernel (or file system) without seals
+        return False
     return True
+
+
+def seals_of(fd: int) -> int | None:
+    """The seals on ``fd``, or None where the platform cannot tell."""
+    get_seals = getattr(fcntl, "F_GET_SEALS", None)
+    if get_seals is None:
+        return None
+    try:
+        return int(fcntl.fcntl(fd, get_seals))
+    except OSError:
+        return None

@@ -126,10 +126,21 @@ def _socket_view(sock: socket.socket) -> list[int]:
 
 
 def _mapped_shm_files() -> list[str]:
-    """The files under /dev/shm this process has mapped (its own segment included)."""
-    with open(f"/proc/{os.getpid()}/maps") as maps:
-        paths = {line.split(maxsplit=5)[-1].strip() for line in maps if "/dev/shm/" in line}
-    return sorted(paths)
+    """The shared memory this process has mapped: segment memfds (its own segment included,
+    as ``memfd:mooncake_py/<segment id>``) and any file under /dev/shm (segments never
+    create one, so an entry of that kind is a leftover of some other program)."""
+    return shared_memory_maps(os.getpid())
+
+
+def shared_memory_maps(pid: int) -> list[str]:
+    """What :func:`_mapped_shm_files` reports, for process ``pid`` (same user)."""
+    names: set[str] = set()
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+            if len(fields) == 6:
+                names.add(fields[5].strip().removeprefix("/").removesuffix(" (deleted)"))
+    return sorted(n for n in names if n.startswith(("memfd:mooncake_py/", "dev/shm/")))
 
 
 class TcpWorkerProcess(ClientProcess):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
 import pytest
@@ -10,8 +9,20 @@ import pytest
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.testing import InProcessMaster, MasterProcess, wait_until
 from tests.conftest import ClientProcess, client_config
+from tests.integration.tcp_worker import shared_memory_maps
 
 SEGMENT = 64 << 20
+
+
+def _files_in_dev_shm_of(*pids: int) -> list[str]:
+    """Files in /dev/shm named after these processes (segments once were) or mapped by the
+    living ones. Segments are memfds: there must never be any."""
+    named = [p.name for pid in pids for p in Path("/dev/shm").glob(f"*-{pid}-*")]
+    mapped = []
+    for pid in pids:
+        if Path(f"/proc/{pid}").exists():
+            mapped += [m for m in shared_memory_maps(pid) if m.startswith("dev/shm/")]
+    return named + mapped
 
 
 @pytest.mark.parametrize("force_tcp", ["0", "1"], ids=["shm", "tcp"])
@@ -87,12 +98,13 @@ def test_client_death_drops_its_segment_and_objects(client_processes: list[Clien
         assert survivor.call("put_from", keys=keys, size=1 << 20) == [0] * 7
         assert master.service.stats()["allocated_bytes"] >= 7 << 20
 
-        shm_files = list(Path("/dev/shm").glob(f"mooncake_py-{doomed.pid}-*"))
-        assert len(shm_files) == 1
-        assert stat.S_IMODE(shm_files[0].stat().st_mode) == 0o600  # owner-only
+        # The segment is a memfd: mapped, but named nowhere in the file system.
+        (segment,) = [m for m in shared_memory_maps(doomed.pid) if m.startswith("memfd:")]
+        assert segment.startswith("memfd:mooncake_py/")
+        assert _files_in_dev_shm_of(doomed.pid) == []
 
         doomed.kill()
-        assert shm_files[0].exists()  # SIGKILL: the owner could not clean up
+        assert _files_in_dev_shm_of(doomed.pid) == []  # SIGKILL left nothing to clean up
         # The master's own timers notice: client_ttl, then the next once-a-second reaper tick.
         wait_until(lambda: master.service.stats()["segments"] == 0, what="the segment is gone")
         # Withdrawn at once: no reader is sent there while its objects drain, in slices.
@@ -103,7 +115,7 @@ def test_client_death_drops_its_segment_and_objects(client_processes: list[Clien
         replacement = ClientProcess()
         client_processes.append(replacement)
         assert replacement.call("setup", config=client_config(master.address, 8 << 20)) == 0
-        assert not shm_files[0].exists()  # crash recovery at the next client's start
+        assert _files_in_dev_shm_of(doomed.pid, replacement.pid) == []
         again = [f"again-{i}" for i in range(7)]
         assert survivor.call("put_from", keys=again, size=1 << 20) == [0] * 7
         master.service.check()
