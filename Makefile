@@ -52,6 +52,14 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m tests.bench.store_bench --quick $(BENCH_ARGS)
 
+# The working tree next to a git revision of mooncake-py, taking turns round by round (ratio =
+# working tree / baseline); ROWS restricts the run to matching rows (--list-rows shows them):
+# make bench-baseline REV=HEAD~3 ROWS='get 4KiB,shm * 32 x 4MiB,TCP * 32 x 4MiB' BENCH_ARGS=--quick
+.PHONY: bench-baseline
+bench-baseline: $(STAMP)
+	@test -n "$(REV)" || { echo "usage: make bench-baseline REV=<git revision> [ROWS=...]"; exit 2; }
+	$(PY) -m tests.bench.store_bench --baseline-rev '$(REV)' $(if $(ROWS),--rows '$(ROWS)') $(BENCH_ARGS)
+
 # ratio table between two benchmark result files: make compare A=old.json B=new.json
 compare: $(STAMP)
 	$(PY) -m tests.bench.store_bench compare $(A) $(B)

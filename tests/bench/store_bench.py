@@ -3,7 +3,9 @@
 Run from the repository root::
 
     .venv/bin/python -m tests.bench.store_bench [--quick | --tiny] [--compare-mooncake]
-        [--install-deps] [--upstream-venv DIR] [--json PATH] [--profile DIR]
+        [--install-deps] [--upstream-venv DIR] [--baseline-rev REV] [--rows PATTERN[,PATTERN]]
+        [--rounds N] [--json PATH] [--profile DIR]
+    .venv/bin/python -m tests.bench.store_bench --list-rows [--quick | --tiny]
     .venv/bin/python -m tests.bench.store_bench compare A.json B.json
 
 One run measures, in one process tree:
@@ -25,7 +27,15 @@ One run measures, in one process tree:
 3. with ``--compare-mooncake``: upstream Mooncake Store (PyPI wheel in its own virtual
    environment, :mod:`tests.bench.upstream`) through the same worker code and on its own master
    (HTTP metadata server, protocol "tcp", loopback only), taking turns with mooncake-py round by
-   round so that each ratio compares rounds run moments apart.
+   round so that each ratio compares rounds run moments apart;
+4. with ``--baseline-rev REV``: that git revision of mooncake-py, built once into a scratch
+   directory (:mod:`tests.bench.baseline`), with its own master, through the same worker code
+   and taking turns with the working tree the same way (on every path, forced TCP included).
+
+``--rows`` restricts the run to the rows whose label or id matches a pattern (see
+:mod:`tests.bench.rows`; ``--list-rows`` prints them): phases, rounds and limits no selected row
+needs are skipped, and so is memory pressure. Some rows (cross-process 4 KiB ``get`` /
+``get_into`` from B) are measured only when selected.
 
 Keys are fresh every round and removed after it. The masters run with 1 s read leases and no
 eviction (except memory pressure); A's segment is written end to end before anything is timed,
@@ -34,9 +44,12 @@ stamp-checked and one call per command is compared byte for byte.
 
 The report (stdout) gives each figure, upstream's, the ratio (or "no difference" when it is
 inside the run's noise), the matching limit and the fraction reached, then the performance
-targets. The JSON record (default ``bench-results/store-bench-<timestamp>.json``) holds every figure
-plus the machine and both implementations' package versions. Every process started is stopped
-by its pid at the end, also on error.
+targets, then (with a baseline) the working tree's figure next to the baseline's and their
+ratio. The JSON record (default ``bench-results/store-bench-<timestamp>.json``) holds every
+figure (the baseline's under each row's ``baseline``, with ``baseline_ratio``; the revision and
+its commit hash under ``baseline``) plus the machine and every side's package versions. Every
+process started is stopped by its pid at the end, also on error; exit status 1 when a side's
+reads failed verification, 2 when a pattern or the revision is unusable.
 """
 
 from __future__ import annotations
@@ -57,28 +70,25 @@ from pathlib import Path
 from typing import Any
 
 from mooncake_py.testing import MasterProcess
+from tests.bench import baseline as base
 from tests.bench import limits as lim
 from tests.bench import upstream as up
-from tests.bench.common import FORCE_TCP_ENV, MIB, ROOT, Child, size_label
+from tests.bench.common import MIB, ROOT, Child, size_label
+from tests.bench.phases import Team, pressure_rep, store_phase
 from tests.bench.plan import Plan, SegmentBudget, Verification, echo_payloads, plan_for
+from tests.bench.record import results_record
 from tests.bench.report import (
     PY,
     UPSTREAM,
     RowAccumulator,
     compare_table,
-    context_lines,
-    evaluate_targets,
     limit_figure,
-    machine,
-    packages,
-    pressure_summary,
-    row_record,
     table,
-    values_text,
 )
+from tests.bench.rows import NoSuchRows, catalogue, parse_patterns, select
+from tests.bench.rows import upstream_peer as upstream_peer  # the record's pairing, re-exported
 
-TRANSPORT_ENV = "MOONCAKE_PY_MASTER_TRANSPORT"
-GROUP_ORDER = {"local": 0, "shm": 1, "tcp": 2, "meta": 3}
+PHASE_GROUPS = ("local", "shm", "meta")  # the row groups the shm phase measures
 
 
 def _log(message: str) -> None:
@@ -86,30 +96,25 @@ def _log(message: str) -> None:
 
 
 def _stop_and_clean(child: Child) -> None:
-    """Stop a child; if it died without closing its store, delete the segment file it left
-    (``/dev/shm/mooncake_py-<pid>-<uuid>``, as :mod:`mooncake_py.client.segment` names them)."""
+    """Stop a child, then check that it left nothing in /dev/shm.
+
+    Segments are memfds now: the kernel frees them with their last holder and a child never
+    leaves a file. Builds from before that (a ``--baseline-rev`` side may be one) named a
+    file ``/dev/shm/mooncake_py-<pid>-<uuid>`` per segment and left it behind when they died
+    without closing their store: such a leftover is reported and deleted."""
     child.stop()
     for leftover in Path("/dev/shm").glob(f"mooncake_py-{child.pid}-*"):
+        _log(f"{child.name} left {leftover} behind: deleting it")
         with contextlib.suppress(OSError):
             leftover.unlink()
-
-
-def upstream_peer(row_id: str) -> str | None:
-    """The upstream row a mooncake-py row is compared with: upstream has one cross-process path
-    (TCP) and one master transport, measured under the shm / default-transport ids."""
-    if row_id.startswith("tcp.a."):
-        return None  # upstream's segment owner writes its own segment locally, never over TCP
-    if row_id.startswith("tcp."):
-        row_id = "shm." + row_id[4:]
-    return row_id.removesuffix(".grpc")
 
 
 @dataclasses.dataclass
 class Side:
     """One implementation under test: how to start its clients, and what they measured."""
 
-    name: str  # PY or UPSTREAM
-    impl: str  # the worker's --impl
+    name: str  # PY, UPSTREAM or BASELINE
+    impl: str  # the worker's --impl ("py" for the working tree and the baseline)
     python: str | None = None  # None: this interpreter
     env: dict[str, str | None] = dataclasses.field(default_factory=dict)
     address: str = ""
@@ -127,18 +132,16 @@ class Side:
 
     @property
     def short(self) -> str:
-        return "py" if self.name == PY else "up"
+        return {PY: "py", UPSTREAM: "up"}.get(self.name, "base")
 
+    @property
+    def is_py(self) -> bool:
+        """A mooncake-py side (the working tree or a baseline revision)."""
+        return self.impl == "py"
 
-@dataclasses.dataclass
-class Team:
-    """One side's processes in one phase: A owns the segment, B has none; ``readers`` are the
-    metadata callers (B, and for mooncake-py a B that talks gRPC to the master)."""
-
-    path: str
-    a: Child
-    b: Child
-    readers: list[tuple[str, Child]]
+    def master_env(self) -> dict[str, str]:
+        """The environment changes of this side's mooncake-py masters."""
+        return {k: v for k, v in self.env.items() if v is not None}
 
 
 class Bench:
@@ -151,7 +154,14 @@ class Bench:
         logs: Path,
         profile: str,
         upstream_venv: Path | None = None,
+        selected: set[str] | None = None,
+        baseline: base.BaselineBuild | None = None,
     ) -> None:
+        """Args:
+        selected: the ids of the rows to measure (:func:`tests.bench.rows.select`); None:
+            every default row, plus memory pressure.
+        baseline: run this mooncake-py build as a third side, taking turns with the others.
+        """
         self.plan = plan
         self.stack = stack
         self.logs = logs
@@ -159,8 +169,12 @@ class Bench:
         self.upstream_venv = upstream_venv
         self.tag = f"bench-{os.getpid()}-{time.time_ns() // 1_000_000}"
         self.started = time.perf_counter()
+        self.load_at_start = os.getloadavg()  # other programs' load, for reading the spreads
         self.raw_limits: dict[str, tuple[str, dict[str, Any]]] = {}
-        self.definitions: dict[str, dict[str, Any]] = {}
+        self.definitions = catalogue(plan)
+        self.restricted = selected is not None
+        self.selected = select(self.definitions, None) if selected is None else selected
+        self.baseline = baseline
         self.pids: dict[str, int] = {}
         self.payloads: dict[str, int] = {}
         self.master_stderr: collections.deque[str] = collections.deque(maxlen=50)
@@ -173,6 +187,15 @@ class Bench:
                     "upstream",
                     python=str(up.venv_python(upstream_venv)),
                     env=dict(up.CLIENT_ENV),
+                    local_buffer=plan.buffer_bytes() + 16 * MIB,
+                )
+            )
+        if baseline is not None:
+            self.sides.append(
+                Side(
+                    base.BASELINE,
+                    "py",
+                    env=baseline.env(),
                     local_buffer=plan.buffer_bytes() + 16 * MIB,
                 )
             )
@@ -231,16 +254,17 @@ class Bench:
         for worker, _, _ in joining:
             worker.receive(timeout_s=120)
 
-    def py_master(self, name: str, eviction: bool) -> MasterProcess:
-        """A mooncake-py master on a free port, started (three tries; each failure logged with
-        the master's stderr)."""
+    def py_master(self, name: str, eviction: bool, side: Side) -> MasterProcess:
+        """A mooncake-py master of ``side`` (its environment selects the working tree or the
+        baseline) on a free port, started (three tries; each failure logged with the master's
+        stderr)."""
         # Shorter read leases than the default (10 s): memory of removed keys comes back sooner.
         # No eviction unless asked: the run keeps A's segment under its budget itself.
         args = ["--log_level", "WARNING", "--default_kv_lease_ttl", f"{self.plan.lease_ms}ms"]
         if not eviction:
             args += ["--eviction_high_watermark_ratio", "1.0"]
         for attempt in range(1, 4):
-            master = MasterProcess(args=args)
+            master = MasterProcess(args=args, env=side.master_env())
             self.stack.callback(master.stop)
             try:
                 master.start()
@@ -269,8 +293,9 @@ class Bench:
         return master
 
     def start_masters(self) -> None:
-        py = self.sides[0]
-        py.address = self.py_master("py-master", eviction=False).address
+        for side in self.sides:
+            if side.is_py:
+                side.address = self.py_master(f"{side.short}-master", False, side).address
         upstream = self.side(UPSTREAM)
         if upstream is not None:
             master = self.upstream_master_for("up-master", eviction=False)
@@ -329,7 +354,10 @@ class Bench:
             aio_args = (port, payload, calls, reps(plan.call_reps), bidi)
             label = f"grpc.aio {kind} {payload}B"
             measurements.append((f"grpc_aio_{kind}_ExistKey", label, lim.grpc_aio, aio_args))
+        needed = {self.definitions[row_id]["limit_id"] for row_id in self.selected}
         for limit_id, label, measure, args in measurements:
+            if self.restricted and limit_id not in needed:
+                continue  # only the limits of the selected rows
             started = time.perf_counter()
             raw = measure(*args)
             raw["seconds"] = time.perf_counter() - started
@@ -347,23 +375,14 @@ class Bench:
     def limit_figures(self) -> dict[str, dict[str, Any]]:
         return {key: limit_figure(raw, label) for key, (label, raw) in self.raw_limits.items()}
 
-    def memcpy_limit(self, size: int, batch: int = 1) -> str:
-        """The memcpy limit for a call moving ``batch`` values of ``size`` bytes: the smallest
-        measured size that holds them; past the smallest, a batch of the pieces measured
-        (the largest cross-process value) compares with that size copied in such pieces."""
-        sizes = sorted(self.plan.memcpy_sizes)
-        nbytes = size * batch
-        if batch > 1 and nbytes > sizes[0] and size == max(self.plan.sizes):
-            return f"memcpy_{size_label(sizes[-1])}_{size_label(size)}"
-        return f"memcpy_{size_label(next((s for s in sizes if s >= nbytes), sizes[-1]))}"
-
     # -- workload bookkeeping --------------------------------------------------------------
 
-    def row(self, side: Side, row_id: str, **fields: Any) -> RowAccumulator:
-        """``side``'s accumulator for a row; the first definition of a row id is kept."""
-        definition = self.definitions.setdefault(row_id, {"id": row_id, **fields})
+    def row(self, side: Side, row_id: str) -> RowAccumulator | None:
+        """``side``'s accumulator for a row of the catalogue; None when it is not selected."""
+        if row_id not in self.selected:
+            return None
         if row_id not in side.rows:
-            side.rows[row_id] = RowAccumulator(definition)
+            side.rows[row_id] = RowAccumulator(self.definitions[row_id])
         return side.rows[row_id]
 
     def command(
@@ -412,330 +431,25 @@ class Bench:
 
     @staticmethod
     def turns(sides: Sequence[Side], rnd: int) -> Sequence[Side]:
-        """The sides in the order they take round ``rnd``: alternating, so that neither always
-        runs right after the other."""
-        return sides if rnd % 2 == 0 else list(reversed(sides))
+        """The sides in the order they take round ``rnd``: the same order every round, so that
+        every rep of every side runs right after another side's (rounds run back to back).
 
-    # -- phases ----------------------------------------------------------------------------
+        An order alternating between rounds would run the first side of each round right after
+        its own previous rep, with its processes and caches still warm; with an odd number of
+        kept rounds one side gets that one time more, which moves its median (measured: 5 to 7%
+        on cross-process 4 KiB gets when both sides ran the same build). Round ``rnd`` is
+        accepted for callers that number their rounds; the first round is a warm-up in every
+        mode that compares (its first side follows nobody).
+        """
+        del rnd  # the order does not depend on it (see above)
+        return sides
 
-    def open_phase(self, sides: Sequence[Side], path: str) -> None:
-        """Start every side's A and B (and mooncake-py's gRPC reader on the shm path), join
-        them all at once, then pre-fill each side's A."""
-        plan = self.plan
-        tcp = path == "tcp"
-        buffer = plan.buffer_bytes()
-        for side in sides:
-            env: dict[str, str | None] = {FORCE_TCP_ENV: "1"} if tcp else {}
-            a = self.worker(side, f"{path}-A", env)
-            b = self.worker(side, f"{path}-B", env)
-            readers = [("", b)]
-            if side.name == PY and not tcp:
-                grpc_reader = self.worker(side, f"{path}-B-grpc", {TRANSPORT_ENV: "grpc"})
-                readers.append((".grpc", grpc_reader))
-            side.team = Team(path, a, b, readers)
-        for side in sides:
-            assert side.team is not None
-            self.note(f"{side.name} {path}: joining the store")
-            team = side.team
-            joining = [(team.a, plan.segment, buffer), (team.b, 0, buffer)]
-            self.setup(side, joining + [(reader, 0, 1 * MIB) for _, reader in team.readers[1:]])
-        for side in sides:
-            assert side.team is not None
-            # mooncake-py's B maps A's segment on the shm path: it pre-fills through it too
-            team = side.team
-            fillers = (team.a, team.b) if side.name == PY and path == "shm" else (team.a,)
-            self.join(side, path, team.a, fillers)
-
-    def close_phase(self, sides: Sequence[Side]) -> None:
-        for side in sides:
-            team, side.team = side.team, None
-            if team is None:
-                continue
-            if side.budget is not None:
-                side.waited_s += side.budget.waited_s
-            for _, reader in reversed(team.readers[1:]):
-                reader.stop()
-            team.b.stop()
-            team.a.stop()
-
-    def join(self, side: Side, path: str, a: Child, fillers: Sequence[Child]) -> None:
-        """A's segment is written end to end by each of ``fillers`` (A, and on the shm path B
-        through its own mapping), so that no timed call pays first-touch page faults. Nothing
-        reads those keys, so removing them frees their memory at once. Failed writes are
-        counted, not errors (upstream's allocator may not fit a completely full segment)."""
-        plan = self.plan
-        side.budget = SegmentBudget(plan.segment, plan.budget)
-        size = max(plan.sizes)
-        batch = plan.batches[size]
-        n = max(1, int(plan.segment * plan.prefill) // size)
-        self.note(f"{side.name} {path}: pre-filling A's segment ({n} x {size_label(size)})")
-        record: dict[str, float] = {"bytes": n * size}
-        for who, worker in zip("ab", fillers, strict=False):
-            prefix = f"{self.tag}/{side.short}/{path}/prefill-{who}"
-            answer = worker.call(
-                cmd="put", prefix=prefix, n=n, size=size, batch=batch, tolerant=True
-            )
-            record[f"{who}_put_s"] = sum(answer["times"])
-            record[f"{who}_failed"] = answer.get("failed", 0)
-            removed = worker.call(cmd="remove", prefix=prefix, n=n, tolerant=True)
-            record[f"{who}_remove_failed"] = removed.get("failed", 0)
-        side.prefill[path] = record
-
-    def local_round(self, side: Side, rnd: int) -> None:
-        """Single process: A writes and reads its own segment, copying and zero-copy calls."""
-        plan = self.plan
-        assert side.team is not None
-        a = side.team.a
-        keep = rnd >= plan.warmup
-        singles = (("copy", "put", "get"), ("zero", "put_from", "get_into"))
-        batches = (("copy", "put_batch", "get_batch"), ("zero", "batch_put_from", "batch_get_into"))
-        for size in plan.local_sizes:
-            label, n = size_label(size), plan.local_calls[size]
-            small = size < MIB
-            unit = "ops/s" if small else "MB/s"
-            limit_id = "pingpong" if small else self.memcpy_limit(size)
-            for mode, put_op, get_op in singles:
-                rows = [
-                    self.row(
-                        side,
-                        f"local.{op}.{label}",
-                        group="local",
-                        label=f"{op} {label}",
-                        op=op,
-                        size=size,
-                        batch=1,
-                        unit=unit,
-                        limit_id=limit_id,
-                    )
-                    for op in (put_op, get_op)
-                ]
-                prefix = f"{self.tag}/{side.short}/local/{label}/{mode}/r{rnd}"
-                self.put(side, a, prefix, n, size, 1, rows[0] if keep else None, mode)
-                self.command(side, a, "get", prefix, n, size, 1, rows[1] if keep else None, mode)
-                self.remove(side, a, prefix, n, size)
-        for count, size, calls in plan.local_batches:
-            label = f"{count}x{size_label(size)}"
-            n = count * calls
-            for mode, put_op, get_op in batches:
-                rows = [
-                    self.row(
-                        side,
-                        f"local.{op}.{label}",
-                        group="local",
-                        label=f"{op} {count} x {size_label(size)}",
-                        op=op,
-                        size=size,
-                        batch=count,
-                        unit="MB/s",
-                        limit_id=self.memcpy_limit(size, count),
-                    )
-                    for op in (put_op, get_op)
-                ]
-                prefix = f"{self.tag}/{side.short}/local/{label}/{mode}/r{rnd}"
-                self.put(side, a, prefix, n, size, count, rows[0] if keep else None, mode)
-                get_row = rows[1] if keep else None
-                self.command(side, a, "get", prefix, n, size, count, get_row, mode)
-                self.remove(side, a, prefix, n, size)
-
-    def data_round(self, side: Side, size: int, rnd: int) -> None:
-        """A writes, B reads; B writes into A's segment. Keys are fresh every round."""
-        plan = self.plan
-        assert side.team is not None
-        a, b, path = side.team.a, side.team.b, side.team.path
-        title = "shm" if path == "shm" else "TCP"
-        label, batch, n = size_label(size), plan.batches[size], plan.values[size]
-
-        def limit_of(count: int) -> str:
-            return self.memcpy_limit(size, count) if path == "shm" else f"stream_{label}"
-
-        common = {"group": path, "path": path, "size": size, "unit": "MB/s"}
-        a_put = self.row(
-            side,
-            f"{path}.a.batch_put_from.{label}",
-            **common,
-            op="batch_put_from",
-            batch=batch,
-            label=f"{title} A batch_put_from {batch} x {label}",
-            limit_id=limit_of(batch),
+    def wants(self, group: str, **fields: Any) -> bool:
+        """Whether a selected row is in ``group`` and has each of ``fields``' values."""
+        return any(
+            row["group"] == group and all(row.get(k) == v for k, v in fields.items())
+            for row in (self.definitions[row_id] for row_id in self.selected)
         )
-        get = self.row(
-            side,
-            f"{path}.b.get_into.{label}",
-            **common,
-            op="get_into",
-            batch=1,
-            label=f"{title} B get_into {label}",
-            limit_id=limit_of(1),
-        )
-        batch_get = self.row(
-            side,
-            f"{path}.b.batch_get_into.{label}",
-            **common,
-            op="batch_get_into",
-            batch=batch,
-            label=f"{title} B batch_get_into {batch} x {label}",
-            limit_id=limit_of(batch),
-        )
-        b_put = self.row(
-            side,
-            f"{path}.b.put_from.{label}",
-            **common,
-            op="put_from",
-            batch=1,
-            label=f"{title} B put_from {label} (into A)",
-            limit_id=limit_of(1),
-        )
-        keep = rnd >= plan.warmup
-        prefix = f"{self.tag}/{side.short}/{path}/{label}/r{rnd}"
-        self.put(side, a, f"{prefix}/a", n, size, batch, a_put if keep else None)
-        self.command(side, b, "get", f"{prefix}/a", n, size, 1, get if keep else None)
-        self.command(side, b, "get", f"{prefix}/a", n, size, batch, batch_get if keep else None)
-        self.remove(side, b, f"{prefix}/a", n, size)
-        self.put(side, b, f"{prefix}/b", n, size, 1, b_put if keep else None)
-        self.command(side, b, "get", f"{prefix}/b", n, size, batch)  # verification only
-        self.remove(side, b, f"{prefix}/b", n, size)
-
-    def metadata_keys(self, side: Side) -> tuple[str, str, int]:
-        """The present-key prefix, the absent-key prefix and the key count of ``side``."""
-        keys = max(self.plan.batch_exist_sizes)
-        return f"{self.tag}/{side.short}/meta", f"{self.tag}/{side.short}/absent", keys
-
-    def metadata_rep(self, side: Side, rep: int) -> None:
-        """From each reader (variant "" = default master transport, ".grpc" = gRPC): is_exist of
-        a present and an absent key, batch_is_exist of each size, and remove of fresh keys.
-        Rep 0 warms up."""
-        plan = self.plan
-        assert side.team is not None
-        prefix, absent, keys = self.metadata_keys(side)
-        for variant, reader in side.team.readers:
-            grpc = variant == ".grpc"
-            how = " (gRPC)" if grpc else (" (stream)" if side.name == PY else "")
-            small_limit = "grpc_echo_ExistKey" if grpc else "pingpong"
-            for state, key_prefix, expect in (("present", prefix, 1), ("absent", absent, 0)):
-                row = self.row(
-                    side,
-                    f"meta.is_exist.{state}{variant}",
-                    group="meta",
-                    op="is_exist",
-                    unit="ops/s",
-                    batch=1,
-                    label=f"B is_exist, {state} key{how}",
-                    limit_id=small_limit,
-                )
-                command: dict[str, Any] = {"prefix": key_prefix, "n": keys, "expect": expect}
-                answer = side.check.absorb(
-                    reader.call(cmd="exist", calls=plan.exist_calls, **command)
-                )
-                if rep:
-                    row.add(answer)
-            for size in plan.batch_exist_sizes:
-                row = self.row(
-                    side,
-                    f"meta.batch_is_exist.{size}{variant}",
-                    group="meta",
-                    op="batch_is_exist",
-                    unit="keys/s",
-                    batch=size,
-                    label=f"B batch_is_exist {size} keys{how}",
-                    limit_id=f"grpc_echo_BatchExistKey{size}",
-                    limit_scale=size,
-                )
-                calls = plan.batch_exist_calls[size]
-                answer = side.check.absorb(
-                    reader.call(cmd="batch_exist", prefix=prefix, n=size, calls=calls)
-                )
-                if rep:
-                    row.add(answer, keys_per_call=size)
-            row = self.row(
-                side,
-                f"meta.remove{variant}",
-                group="meta",
-                op="remove",
-                unit="ops/s",
-                batch=1,
-                label=f"B remove{how}",
-                limit_id=small_limit,
-            )
-            removed = f"{self.tag}/{side.short}/rm{variant}/r{rep}"
-            answer = side.check.absorb(
-                reader.call(
-                    cmd="remove_each", prefix=removed, n=plan.remove_calls, size=plan.meta_value
-                )
-            )
-            if rep:
-                row.add(answer)
-
-    def store_phase(self, sides: Sequence[Side], path: str) -> None:
-        """Every side's A and B on one path, taking turns round by round so that each ratio
-        compares rounds run moments apart (the machine's load drifts)."""
-        plan = self.plan
-        self.open_phase(sides, path)
-        total = plan.warmup + plan.rounds
-        if path == "shm":
-            for rnd in range(total):
-                self.note(f"{path} single process round {rnd + 1}/{total}")
-                for side in self.turns(sides, rnd):
-                    self.local_round(side, rnd)
-        for size in plan.sizes:
-            for rnd in range(total):
-                self.note(f"{path} {size_label(size)} round {rnd + 1}/{total}")
-                for side in self.turns(sides, rnd):
-                    self.data_round(side, size, rnd)
-        if path == "shm":
-            for side in sides:
-                assert side.team is not None
-                prefix, _, keys = self.metadata_keys(side)
-                self.put(side, side.team.a, prefix, keys, plan.meta_value, min(keys, 256))
-            for rep in range(plan.call_reps + 1):
-                self.note(f"{path} metadata rep {rep + 1}/{plan.call_reps + 1}")
-                for side in self.turns(sides, rep):
-                    self.metadata_rep(side, rep)
-            for side in sides:
-                assert side.team is not None
-                prefix, _, keys = self.metadata_keys(side)
-                self.remove(side, side.team.a, prefix, keys, plan.meta_value)
-        self.close_phase(sides)
-
-    def pressure_rep(self, side: Side, rep: int) -> None:
-        """A fresh master (default eviction) and one client with a small segment: put far more
-        than it holds, then read everything back."""
-        plan = self.plan
-        name = f"{side.short}-pressure-{rep}"
-        self.note(f"{side.name} memory pressure rep {rep + 1}/{plan.pressure_reps}")
-        master: MasterProcess | up.UpstreamMaster
-        if side.name == PY:
-            master = self.py_master(f"{name}-master", eviction=True)
-            address, metadata = master.address, side.metadata
-        else:
-            master = self.upstream_master_for(f"{name}-master", eviction=True)
-            address, metadata = master.address, master.metadata
-        worker = self.worker(side, "pressure")
-        started = time.perf_counter()
-        saved = side.address, side.metadata
-        side.address, side.metadata = address, metadata
-        try:
-            self.setup(side, [(worker, plan.pressure_segment, plan.pressure_value)])
-        finally:
-            side.address, side.metadata = saved
-        n = plan.pressure_bytes // plan.pressure_value
-        answer = side.check.absorb(
-            worker.call(
-                cmd="pressure",
-                prefix=f"{self.tag}/{side.short}/pressure/r{rep}",
-                n=n,
-                size=plan.pressure_value,
-                timeout_s=900,
-            )
-        )
-        wall = time.perf_counter() - started
-        worker.stop()
-        master.stop()
-        times = answer.pop("times")
-        answer["wall_s"] = answer["put_s"] + answer["verify_s"]
-        answer["with_setup_s"] = wall
-        answer["put_p50_us"] = sorted(times)[len(times) // 2] * 1e6 if times else None
-        answer["put_max_us"] = max(times) * 1e6 if times else None
-        side.pressure.append(answer)
 
 
 def _run_phases(bench: Bench) -> None:
@@ -748,77 +462,25 @@ def _run_phases(bench: Bench) -> None:
     bench.start_masters()
     server = {k: v for child in limit_servers for k, v in child.receive(timeout_s=60).items()}
     bench.payloads = echo_payloads(bench.tag, plan.batch_exist_sizes)
-    py = bench.sides[0]
-    phases = [(bench.sides, "shm"), ([py], "tcp")]
+    # upstream has no forced-TCP path: that phase is mooncake-py's (working tree and baseline)
+    phases = [(bench.sides, "shm"), ([side for side in bench.sides if side.is_py], "tcp")]
+    phases = [
+        (sides, path)
+        for sides, path in phases
+        if any(bench.wants(group) for group in ((path,) if path == "tcp" else PHASE_GROUPS))
+    ]
     parts = len(phases) + 1  # limits before, between and after the store phases
     for part, (sides, path) in enumerate(phases):
         bench.measure_limits(server, bench.payloads, part, parts)
-        bench.store_phase(sides, path)
+        store_phase(bench, sides, path)
     if bench.upstream_master is not None:
         bench.upstream_master.stop()  # the pressure reps start their own masters
-    for rep in range(plan.pressure_reps):
+    for rep in range(0 if bench.restricted else plan.pressure_reps):
         for side in bench.turns(bench.sides, rep):
-            bench.pressure_rep(side, rep)
+            pressure_rep(bench, side, rep)
     bench.measure_limits(server, bench.payloads, parts - 1, parts)
     lim.release_buffers()
     bench.note("done; stopping every process")
-
-
-def _results(bench: Bench, wall_start: float) -> dict[str, Any]:
-    plan = bench.plan
-    limits = bench.limit_figures()
-    py, upstream = bench.sides[0], bench.side(UPSTREAM)
-    rows = []
-    ordered = sorted(
-        bench.definitions.values(), key=lambda d: GROUP_ORDER.get(d.get("group", ""), 9)
-    )
-    for definition in ordered:
-        ours = py.rows.get(definition["id"])
-        if ours is None or not ours.reps:
-            continue
-        peer = upstream_peer(definition["id"])
-        theirs = upstream.rows.get(peer) if upstream is not None and peer else None
-        rows.append(row_record({**definition, "upstream_id": peer}, ours, theirs, limits))
-    versions = {PY: {**packages(), **py.versions}}
-    if upstream is not None:
-        versions[UPSTREAM] = upstream.versions
-    results: dict[str, Any] = {
-        "schema": 2,
-        "mode": plan.mode,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(wall_start)),
-        "duration_s": time.time() - wall_start,
-        "compared": upstream is not None,
-        "machine": machine(),
-        "packages": packages(),
-        "versions": versions,
-        "params": {
-            **{k: v for k, v in dataclasses.asdict(plan).items() if k not in ("values",)},
-            "values": values_text(plan.sizes, plan.values),
-            "values_per_round": {size_label(s): n for s, n in plan.values.items()},
-            "echo_payload_bytes": bench.payloads,
-        },
-        "limits": limits,
-        "rows": rows,
-        "pressure": {side.name: pressure_summary(side.pressure) for side in bench.sides},
-        "verification": {side.name: side.check.summary() for side in bench.sides},
-        "pids": bench.pids,
-        "budget_wait_s": sum(side.waited_s for side in bench.sides),
-        "budget_waits": {side.name: side.waits for side in bench.sides},
-        "prefill": {side.name: side.prefill for side in bench.sides},
-    }
-    if upstream is not None and bench.upstream_venv is not None:
-        master = bench.upstream_master
-        results["upstream_setup"] = {
-            "venv": str(bench.upstream_venv),
-            "package": f"{up.PACKAGE}=={up.VERSION}",
-            "master": str(master.binary) if master else None,
-            "master_args": master._args(0, 0, 0)[1:] if master else None,
-            "client_env": up.CLIENT_ENV,
-            "client_setup": {"protocol": "tcp", "local_hostname": "127.0.0.1"},
-        }
-    results["targets"] = evaluate_targets(results)
-    results["targets_context"] = context_lines(results)
-    return results
 
 
 def run(
@@ -826,18 +488,45 @@ def run(
     tiny: bool = False,
     profile: str = "",
     upstream_venv: Path | None = None,
+    rows: Sequence[str] | None = None,
+    baseline_rev: str | None = None,
+    rounds: int | None = None,
 ) -> dict[str, Any]:
-    """Run the whole benchmark; returns the results record (see the module docstring).
+    """Run the benchmark; returns the results record (see the module docstring).
 
     Args:
         upstream_venv: compare with upstream Mooncake from this virtual environment (checked
-            by the caller with :func:`tests.bench.upstream.ensure`); None: mooncake-py only.
+            by the caller with :func:`tests.bench.upstream.ensure`); None: no upstream side.
+        rows: patterns selecting the rows to measure (:func:`tests.bench.rows.select`); the
+            phases, limits and rounds no selected row needs are skipped, and so is memory
+            pressure. None: every default row and memory pressure.
+        baseline_rev: also measure this git revision of mooncake-py, built once into a scratch
+            directory (:mod:`tests.bench.baseline`) that is removed at the end, also on error.
+        rounds: timed rounds (reps) per workload instead of the mode's (more reps, steadier
+            medians); None: the mode's.
+
+    Raises:
+        tests.bench.rows.NoSuchRows: a pattern selects nothing (before anything starts).
+        tests.bench.baseline.BaselineUnavailable: the revision cannot be resolved or built.
     """
     plan = plan_for(quick, tiny)
+    if rounds is not None:
+        if rounds < 1:
+            raise ValueError(f"rounds must be >= 1, not {rounds}")
+        plan = dataclasses.replace(plan, rounds=rounds, call_reps=rounds)
+    selected = None if rows is None else select(catalogue(plan), rows)
+    revision = base.resolve(baseline_rev) if baseline_rev is not None else None
     wall_start = time.time()
     with contextlib.ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mooncake-bench-")))
-        bench = Bench(plan, stack, logs, profile, upstream_venv)
+        build = None
+        if revision is not None:
+            scratch = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix=f"mooncake-bench-baseline-{revision.short}-")
+            )
+            _log(f"building baseline {revision.rev} = {revision.short} ({revision.subject})")
+            build = base.build(revision, Path(scratch))
+        bench = Bench(plan, stack, logs, profile, upstream_venv, selected, build)
         try:
             _run_phases(bench)
         except BaseException:
@@ -848,7 +537,7 @@ def run(
                 if tail:
                     _log(f"--- {log.name} (last lines)\n" + "\n".join(tail))
             raise
-    return _results(bench, wall_start)
+    return results_record(bench, wall_start)
 
 
 def default_json_path() -> Path:
@@ -891,12 +580,50 @@ def main(argv: list[str] | None = None) -> int:
         "missing (implies --compare-mooncake)",
     )
     parser.add_argument(
+        "--baseline-rev",
+        metavar="REV",
+        default=None,
+        help="also run this git revision of mooncake-py (built once into a scratch directory), "
+        "taking turns with the working tree; the report gives the ratio working tree / baseline",
+    )
+    parser.add_argument(
+        "--rows",
+        metavar="PATTERN[,PATTERN]",
+        action="append",
+        default=None,
+        help="measure only the rows whose label or id matches a pattern (substring, or glob "
+        "with * ? [ ]; case-insensitive; repeatable); skips memory pressure",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="timed rounds (reps) per workload and metadata reps, instead of the mode's",
+    )
+    parser.add_argument(
+        "--list-rows", action="store_true", help="print every row's label and id, then exit"
+    )
+    parser.add_argument(
         "--upstream-venv",
         type=Path,
         default=None,
         help=f"upstream's virtual environment (default ${up.VENV_ENV} or {up.DEFAULT_VENV})",
     )
     args = parser.parse_args(argv)
+    if args.list_rows:
+        for row_id, row in catalogue(plan_for(args.quick, args.tiny)).items():
+            opt_in = "  (only when selected)" if row.get("opt_in") else ""
+            print(f"{row['label']:<40} {row_id}{opt_in}")
+        return 0
+    try:
+        patterns = parse_patterns(args.rows)
+        if patterns is not None:
+            select(catalogue(plan_for(args.quick, args.tiny)), patterns)
+        if args.baseline_rev is not None:
+            base.resolve(args.baseline_rev)
+    except (NoSuchRows, base.BaselineUnavailable) as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
 
     def terminate(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)  # unwinds through run(), which stops every process
@@ -913,13 +640,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
         args.profile = str(Path(args.profile).resolve())
-    results = run(args.quick, args.tiny, args.profile, upstream_venv)
+    try:
+        results = run(
+            args.quick,
+            args.tiny,
+            args.profile,
+            upstream_venv,
+            patterns,
+            args.baseline_rev,
+            args.rounds,
+        )
+    except base.BaselineUnavailable as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     path: Path = args.json or default_json_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
     print(table(results))
+    print("\n".join(base.table_lines(results)))
     print(f"\nJSON: {path}")
-    return 0 if results["verification"][PY]["ok"] else 1
+    return 0 if all(check["ok"] for check in results["verification"].values()) else 1
 
 
 if __name__ == "__main__":

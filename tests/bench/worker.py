@@ -105,6 +105,10 @@ def versions(impl: str) -> dict[str, Any]:
             }
         )
     found: dict[str, Any] = {"python": platform.python_version(), "executable": sys.executable}
+    if impl == "py":  # which tree the package came from: the working tree or a baseline build
+        import mooncake_py
+
+        found["package_dir"] = os.path.dirname(os.path.abspath(mooncake_py.__file__))
     for name in names:
         try:
             found[name] = importlib.metadata.version(name)
