@@ -90,6 +90,7 @@ class ClientCore:
         self._share: LocalShareServer | None = None
         # Shared with the master only: it keys the capabilities our data plane asks for.
         self._segment_key = new_segment_key()
+        self._segment_uuid = b""  # its id's 16 bytes, as transfer requests name it
         self._server: TransferServer | None = None
         self._segment_info: SegmentInfo | None = None
         tls = config.tls_config()
@@ -134,6 +135,7 @@ class ClientCore:
         self.master.connect_stream()
         if self.config.global_segment_size > 0:
             self._segment = LocalSegment(self.config.global_segment_size)
+            self._segment_uuid = uuid.UUID(self._segment.segment_id).bytes
             segment = self._segment
             # Bound before the mount makes the segment id known: nobody can hold the name.
             try:
@@ -168,10 +170,10 @@ class ClientCore:
             raise error_for(code, "registering with the master failed")
 
     def _lookup_segment(self, segment_uuid: bytes) -> tuple[memoryview, bytes] | None:
-        segment = self._segment
-        if segment is None or uuid.UUID(bytes=segment_uuid) != uuid.UUID(segment.segment_id):
+        # Called for every transfer request: compare bytes, build no UUID objects.
+        if segment_uuid != self._segment_uuid or self._segment is None:
             return None
-        return segment.view, self._segment_key
+        return self._segment.view, self._segment_key
 
     # -- writes ----------------------------------------------------------------------------
 

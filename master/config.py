@@ -228,8 +228,9 @@ class MasterConfig:
     capability_ttl_sec: float = _opt(
         60.0,
         "seconds",
-        "How long a data-plane capability the master hands out with a replica stays valid: a "
-        "transfer must start within it (hosts' clocks must agree well within it).",
+        "How long a data-plane capability the master hands out with a replica stays valid "
+        "(at least as long as the read lease or write reservation it serves); hosts' clocks "
+        "must agree well within it.",
         Positive(),
     )
     put_start_discard_timeout_sec: float = _opt(

@@ -131,9 +131,16 @@ class StoreState:
         self._preempted_deadlines: list[tuple[float, int]] = []
         self.counters = Counters()
         self.lease_ttl_s = config.default_kv_lease_ttl / 1000.0
-        # The wall clock capabilities expire by (ms; tests inject their own).
+        # The wall clock capabilities expire by (ms; tests inject their own). A grant lasts
+        # at least as long as what it serves may: a read lease, a write's reservation (ranged
+        # sessions keep their descriptors that long).
         self.wall_ms: Callable[[], int] = capability.now_ms
-        self._capability_ttl_ms = int(config.capability_ttl_sec * 1000)
+        self._read_grant_ms = int(
+            max(config.capability_ttl_sec * 1000, config.default_kv_lease_ttl)
+        )
+        self._write_grant_ms = int(
+            max(config.capability_ttl_sec, config.put_start_release_timeout_sec) * 1000
+        )
         # Bumped whenever objects may have stopped being soft pinned (an unpin, a member leaving
         # a pinned session, a TTL pin running out), so walks that skipped pinned candidates
         # know to look at them again. Deadlines of TTL pins wait in a heap until they pass.
@@ -376,7 +383,9 @@ class StoreState:
                 objects are the holder's tenant's, as placement keeps them), so a same-host
                 holder may map the segment instead of going through its owner's socket.
 
-        The capability expires ``capability_ttl_sec`` after now (:attr:`wall_ms`). A replica
+        The capability expires ``capability_ttl_sec`` after now (:attr:`wall_ms`), or once the
+        longest read lease (``default_kv_lease_ttl``) or write reservation
+        (``put_start_release_timeout_sec``) it serves could end, if later. A replica
         whose segment is gone, or was mounted without a key, gets none. Complexity: O(1), one
         keyed hash.
         """
@@ -385,6 +394,7 @@ class StoreState:
             info, grant = (_GONE_SEGMENT if segment is None else segment.info), b""
         else:
             info = segment.info
+            lifetime = self._write_grant_ms if mode & capability.WRITE else self._read_grant_ms
             if not info.shared:
                 mode |= capability.MAP
             grant = capability.mint(
@@ -393,7 +403,7 @@ class StoreState:
                 replica.offset,
                 meta.size,
                 mode,
-                self.wall_ms() + self._capability_ttl_ms,
+                self.wall_ms() + lifetime,
                 segment.proof_key,
             )
         return ReplicaDescriptor(

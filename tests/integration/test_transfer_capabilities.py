@@ -59,7 +59,7 @@ class Store:
 
 @pytest.fixture(scope="module")
 def store() -> Iterator[Store]:
-    with InProcessMaster(capability_ttl_sec=TTL_S) as master:
+    with InProcessMaster(capability_ttl_sec=TTL_S, default_kv_lease_ttl=1000) as master:
         victim = ClientProcess()
         other = MooncakeDistributedStore()
         rpc = MasterClient(master.address)
