@@ -110,7 +110,9 @@ def join(values: Mapping[str, Any]) -> tuple[Client, EmbeddedMaster | None]:
     others = {k: v for k, v in values.items() if k not in _MASTER_KEYS}
     config = ClientConfig.from_mapping({**others, "master_server_addr": _PLACEHOLDER_MASTER})
     master = EmbeddedMaster()
-    address = master.start(requested_port(requested))
+    # With a token the embedded master requires it, for this store's tenant.
+    tokens = {config.auth_token: config.tenant_id} if config.auth_token else None
+    address = master.start(requested_port(requested), tokens)
     try:
         client = open_client(dataclasses.replace(config, master_server_addr=address))
     except BaseException:

@@ -4,15 +4,20 @@ As upstream's standalone mode (``RealClient::StartStandaloneMaster`` over ``Embe
 the master listens on 127.0.0.1 only, on the port of the requested master address when that
 address names one, else on a free port; its admin/metrics HTTP listener takes a free port on
 127.0.0.1 too. The store then joins it at ``127.0.0.1:<port>``, so other clients on the same
-host may join that address; nothing is reachable from other hosts.
+host may join that address; nothing is reachable from other hosts. A store set up with an
+``auth_token`` starts its master requiring that token (for the store's tenant), so local
+processes without it get nothing from it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import tempfile
 import threading
+from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -55,8 +60,11 @@ class EmbeddedMaster:
         self._thread: threading.Thread | None = None
         self._server: MasterServer | None = None
 
-    def start(self, port: int = 0) -> str:
+    def start(self, port: int = 0, tokens: Mapping[str, str] | None = None) -> str:
         """Serve on ``127.0.0.1:port`` (0: a free port); returns the address to join.
+
+        Args:
+            tokens: token -> tenant the master requires (None or empty: no tokens).
 
         Raises:
             InternalError: INTERNAL_ERROR, as upstream, when the master cannot start (for
@@ -66,11 +74,17 @@ class EmbeddedMaster:
         from mooncake_py.master.config import MasterConfig
         from mooncake_py.master.server import MasterServer
 
+        tokens_file = _tokens_file(tokens) if tokens else ""
         try:
             config = MasterConfig(
-                rpc_address="127.0.0.1", port=port, metrics_port=0, **_lease_ttl_override()
+                rpc_address="127.0.0.1",
+                port=port,
+                metrics_port=0,
+                auth_tokens_file=tokens_file,
+                **_lease_ttl_override(),
             )
         except ConfigError as exc:
+            _unlink(tokens_file)
             raise InternalError(ErrorCode.INTERNAL_ERROR, f"embedded master: {exc}") from exc
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="mooncake-embedded-master")
@@ -86,6 +100,8 @@ class EmbeddedMaster:
             raise InternalError(
                 ErrorCode.INTERNAL_ERROR, f"cannot start the embedded master: {exc}"
             ) from exc
+        finally:
+            _unlink(tokens_file)  # read at startup; nobody else should see it
         self.address = f"127.0.0.1:{bound}"
         return self.address
 
@@ -106,3 +122,17 @@ class EmbeddedMaster:
             thread.join(timeout=START_TIMEOUT_S)
         loop.close()
         self.address = ""
+
+
+def _tokens_file(tokens: Mapping[str, str]) -> str:
+    """A private (0600) JSON file of ``tokens`` for the master to read at startup."""
+    fd, path = tempfile.mkstemp(prefix="mooncake_py-tokens-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(dict(tokens), handle)
+    return path
+
+
+def _unlink(path: str) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

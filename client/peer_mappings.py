@@ -153,11 +153,14 @@ class PeerMappings:
         return None if peer is None else peer.handover.owner_pid
 
     def forget(self, segment_id: str) -> None:
-        """Unmap a segment (its owner went away). The memory is freed once nobody maps it."""
+        """Drop a segment's mapping (its owner went away). It is not unmapped here: a transfer
+        of another thread may be copying through it right now (a view or a raw address), so
+        it unmaps when the last of them lets go of it, at once when none does. The memory is
+        freed once nobody maps it."""
         with self._lock:
             peer = self._by_segment.pop(segment_id, None)
         if peer is not None:
-            _release(peer.handover)
+            _close_pidfd(peer.handover)
 
     def prune(self) -> list[str]:
         """Forget the mappings whose owner died or stopped serving the segment, so this
@@ -185,6 +188,10 @@ class PeerMappings:
 
 def _release(handover: Handover) -> None:
     handover.memory.close()
+    _close_pidfd(handover)
+
+
+def _close_pidfd(handover: Handover) -> None:
     if handover.owner_pidfd >= 0:
         with contextlib.suppress(OSError):
             os.close(handover.owner_pidfd)

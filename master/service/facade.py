@@ -436,7 +436,8 @@ class MasterService:
 
     def sweep_expired_puts(self, now: float) -> int:
         """Free writes that never ended within the release timeout and preempted writes whose
-        time has come, and end read leases whose TTL ran out (their readers died or hung).
+        time has come, end read leases whose TTL ran out (their readers died or hung), and
+        give back the ranges of shared segments whose capabilities expired.
 
         Returns:
             The number of write replicas freed.
@@ -444,6 +445,7 @@ class MasterService:
         with self._lock:
             self._state.reads.expire_due(now)
             freed = self._writes.sweep_expired(now)
+            self._state.segments.release_held_grants()
         self.tasks.sweep(now)  # replica tasks that overstayed fail, freeing their targets
         return freed
 

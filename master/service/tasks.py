@@ -119,7 +119,12 @@ class TaskService:
                 status=task.status,
                 created_at_ms_epoch=int(task.created_at * 1000 + offset_ms),
                 last_updated_at_ms_epoch=int(task.updated_at * 1000 + offset_ms),
-                assigned_client=task.assigned_client,
+                # Another tenant's client (an operator's segment host) stays anonymous.
+                assigned_client=(
+                    task.assigned_client
+                    if self._state.clients.tenant_of(task.assigned_client) in (None, tenant)
+                    else ""
+                ),
                 message=task.message,
             )
 
@@ -187,10 +192,14 @@ class TaskService:
                     meta,
                     Replica(0, a.segment.info.id, a.offset, meta.size, ReplicaStatus.PROCESSING),
                     WRITE,
+                    allow_map=False,
                 )
                 for a in allocations
             )
-            return StartTaskResult(ErrorCode.OK, self._state.describe(meta, source), described)
+            # The worker may act for another tenant (an operator's segment host): its grants
+            # cover exactly the ranges it copies, never a whole segment.
+            source_grant = self._state.describe(meta, source, allow_map=False)
+            return StartTaskResult(ErrorCode.OK, source_grant, described)
 
     def finish_task(
         self, client_id: str, task_id: str, succeeded: bool, message: str = ""

@@ -31,6 +31,7 @@ from mooncake_py import capability
 from mooncake_py.types import SegmentInfo
 
 from .allocator import OffsetAllocator
+from .grant_holds import GrantHolds
 
 # Upper bound on the names a strategy walks for one object, as upstream's random strategy.
 MAX_PLACEMENT_TRIES = 100
@@ -109,6 +110,10 @@ class SegmentManager:
         # Told of every range handed out (segment id, offset, size): read leases watch freed
         # ranges for reuse.
         self.on_allocated: Callable[[str, int, int], None] | None = None
+        # Freed ranges of shared segments wait here until their capabilities expire; the
+        # wall clock capabilities expire by (ms; tests inject their own).
+        self.grant_holds = GrantHolds()
+        self.wall_ms: Callable[[], int] = capability.now_ms
 
     # -- mounting --------------------------------------------------------------------------
 
@@ -160,6 +165,7 @@ class SegmentManager:
         mounted = self._segments.pop(segment_id, None)
         if mounted is None:
             return None
+        self.grant_holds.drop_segment(segment_id)
         self._restricted -= _restricted(mounted)
         peers = self._by_name[mounted.info.name]
         peers.remove(mounted)
@@ -182,10 +188,27 @@ class SegmentManager:
         return sum(m.allocator.used_bytes for m in self._segments.values())
 
     def free(self, segment_id: str, offset: int) -> None:
-        """Return an allocation to its segment; a no-op when the segment is gone."""
+        """Return an allocation to its segment; a no-op when the segment is gone. In a shared
+        segment, a range a capability still covers is held until that expires instead
+        (:mod:`.grant_holds`)."""
         mounted = self._segments.get(segment_id)
-        if mounted is not None:
-            mounted.allocator.free(offset)
+        if mounted is None:
+            return
+        if mounted.info.shared and self.grant_holds.hold_on_free(
+            segment_id, offset, self.wall_ms()
+        ):
+            return
+        mounted.allocator.free(offset)
+
+    def release_held_grants(self) -> int:
+        """Free the held ranges whose capabilities have all expired; returns how many.
+        O(released × log held)."""
+        released = self.grant_holds.due(self.wall_ms())
+        for segment_id, offset in released:
+            mounted = self._segments.get(segment_id)
+            if mounted is not None:
+                mounted.allocator.free(offset)
+        return len(released)
 
     # -- placement -------------------------------------------------------------------------
 
@@ -289,6 +312,7 @@ class SegmentManager:
             mounted.allocator.check()
         if self._restricted != sum(_restricted(m) for m in self._segments.values()):
             raise AssertionError("restricted segment count disagrees with mounted segments")
+        self.grant_holds.check()
 
 
 def _restricted(mounted: MountedSegment) -> int:

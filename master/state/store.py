@@ -131,10 +131,11 @@ class StoreState:
         self._preempted_deadlines: list[tuple[float, int]] = []
         self.counters = Counters()
         self.lease_ttl_s = config.default_kv_lease_ttl / 1000.0
-        # The wall clock capabilities expire by (ms; tests inject their own). A grant lasts
-        # at least as long as what it serves may: a read lease, a write's reservation (ranged
-        # sessions keep their descriptors that long).
-        self.wall_ms: Callable[[], int] = capability.now_ms
+        # A grant for an unshared segment lasts at least as long as what it serves may: a read
+        # lease, a write's reservation (ranged sessions keep their descriptors that long). In a
+        # shared segment a freed range waits for its grants to expire before it is reused
+        # (grant_holds), so there grants last only capability_ttl_sec.
+        self._shared_grant_ms = int(config.capability_ttl_sec * 1000)
         self._read_grant_ms = int(
             max(config.capability_ttl_sec * 1000, config.default_kv_lease_ttl)
         )
@@ -371,39 +372,62 @@ class StoreState:
         is being drained."""
         return meta.readable and (not self.draining or bool(self.readable_replicas(meta)))
 
+    @property
+    def wall_ms(self) -> Callable[[], int]:
+        """The wall clock capabilities expire by (ms); assign another to drive it in tests."""
+        return self.segments.wall_ms
+
+    @wall_ms.setter
+    def wall_ms(self, clock: Callable[[], int]) -> None:
+        self.segments.wall_ms = clock
+
     def describe(
-        self, meta: ObjectMetadata, replica: Replica, mode: int = capability.READ
+        self,
+        meta: ObjectMetadata,
+        replica: Replica,
+        mode: int = capability.READ,
+        allow_map: bool = True,
     ) -> ReplicaDescriptor:
         """Where a client finds ``replica``'s bytes, with a capability for them.
 
         Args:
             mode: the access the holder needs (:data:`~mooncake_py.capability.READ` or
-                :data:`~mooncake_py.capability.WRITE`). The grant adds
-                :data:`~mooncake_py.capability.MAP` when the segment is not shared (all its
-                objects are the holder's tenant's, as placement keeps them), so a same-host
-                holder may map the segment instead of going through its owner's socket.
+                :data:`~mooncake_py.capability.WRITE`).
+            allow_map: the holder acts for ``meta``'s tenant (a reader or writer of it, not a
+                replica-task worker of another tenant). Then the grant adds
+                :data:`~mooncake_py.capability.MAP` when the segment is not shared and belongs
+                to nobody or to that tenant (all its objects are the tenant's, as placement
+                keeps them), so a same-host holder may map the segment instead of going through
+                its owner's socket.
 
-        The capability expires ``capability_ttl_sec`` after now (:attr:`wall_ms`), or once the
-        longest read lease (``default_kv_lease_ttl``) or write reservation
-        (``put_start_release_timeout_sec``) it serves could end, if later. A replica
-        whose segment is gone, or was mounted without a key, gets none. Complexity: O(1), one
-        keyed hash.
+        The capability expires ``capability_ttl_sec`` after now (:attr:`wall_ms`); for an
+        unshared segment not before the longest read lease (``default_kv_lease_ttl``) or
+        write reservation (``put_start_release_timeout_sec``) it serves could end. A grant
+        for a shared segment is recorded, so the range is not reused before it expires. A
+        replica whose segment is gone, or was mounted without a key, gets none.
+        Complexity: O(1), one keyed hash.
         """
         segment = self.segments.get(replica.segment_id)
         if segment is None or not segment.info.capability_key:
             info, grant = (_GONE_SEGMENT if segment is None else segment.info), b""
         else:
             info = segment.info
-            lifetime = self._write_grant_ms if mode & capability.WRITE else self._read_grant_ms
-            if not info.shared:
-                mode |= capability.MAP
+            if info.shared:
+                expires = self.segments.wall_ms() + self._shared_grant_ms
+                self.segments.grant_holds.granted(replica.segment_id, replica.offset, expires)
+            else:
+                write = mode & capability.WRITE
+                lifetime = self._write_grant_ms if write else self._read_grant_ms
+                expires = self.segments.wall_ms() + lifetime
+                if allow_map and (not segment.tenant or segment.tenant == meta.tenant):
+                    mode |= capability.MAP
             grant = capability.mint(
                 info.capability_key,
                 segment.id_bytes,
                 replica.offset,
                 meta.size,
                 mode,
-                self.wall_ms() + lifetime,
+                expires,
                 segment.proof_key,
             )
         return ReplicaDescriptor(
@@ -475,6 +499,7 @@ class StoreState:
                 + held.get(sid, 0)
                 + self.reads.retired_on(sid)
                 + self.tasks.held_on(sid)
+                + self.segments.grant_holds.held_on(sid)
             )
             if mounted.allocator.allocation_count != expected:
                 raise AssertionError(f"segment {sid}: allocations leak or double-free")

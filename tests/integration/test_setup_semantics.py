@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,27 @@ def test_standalone_keyword_embeds_a_master_that_other_clients_can_join(
     assert owner.health_check() == 1
     late = _new(stores)
     assert late.setup(_joiner_config(f"127.0.0.1:{port}")) < 0  # close() stopped the master
+
+
+def test_a_standalone_store_with_a_token_starts_a_master_that_requires_it(
+    stores: list[MooncakeDistributedStore],
+) -> None:
+    port = _free_port()
+    owner = _new(stores)
+    config = {
+        **_joiner_config(f"127.0.0.1:{port}"),
+        "enable_standalone": True,
+        "auth_token": "owner-token",
+    }
+    assert owner.setup(config) == 0
+    assert owner.put("private", b"only with the token") == 0
+    # A local process without the token gets nothing from the embedded master.
+    anonymous = _new(stores)
+    assert anonymous.setup(_joiner_config(f"127.0.0.1:{port}")) == ErrorCode.RPC_FAIL
+    joiner = _new(stores)
+    assert joiner.setup(_joiner_config(f"127.0.0.1:{port}", auth_token="owner-token")) == 0
+    assert joiner.get("private") == b"only with the token"
+    assert not list(Path(tempfile.gettempdir()).glob("mooncake_py-tokens-*"))
 
 
 def test_standalone_dict_form_without_master_address_takes_a_free_port(
