@@ -35,15 +35,16 @@ class VerifiedGrants:
     Thread-safety: none; one per connection, used by that connection's thread only.
     """
 
-    __slots__ = ("_entries", "_limit", "_segment_uuid", "_segment_text", "_last", "_last_entry")
+    __slots__ = ("_entries", "_limit", "_segment_uuid", "_signer", "_last", "_last_entry")
 
     def __init__(self, limit: int = VERIFIED_GRANTS_PER_CONNECTION) -> None:
         self._entries: dict[tuple[bytes, bytes], _Entry] = {}
         self._limit = limit
-        # The last segment's id as text: formatting a uuid costs as much as the tag check, and
-        # a connection's requests almost always name the same segment.
+        # The last segment's signer (its id as text and key prepared): formatting a uuid costs
+        # as much as the tag check, and a connection's requests almost always name the same
+        # segment under the same key.
         self._segment_uuid = b""
-        self._segment_text = b""
+        self._signer: tuple[bytes, capability.SegmentSigner] | None = None
         # The grant used last: consecutive requests (the parts of an op, a batch of reads of
         # one replica) carry the same one, and comparing it is cheaper than hashing it.
         self._last = (b"", b"")
@@ -87,10 +88,12 @@ class VerifiedGrants:
                 and offset + length <= end
                 and time_ns() < expires_ns
             )
-        if segment_uuid != self._segment_uuid:
-            self._segment_text = str(uuid.UUID(bytes=segment_uuid)).encode()
-            self._segment_uuid = segment_uuid
-        if not capability.verify(key, self._segment_text, grant, offset, length, mode):
+        signer = self._signer
+        if segment_uuid != self._segment_uuid or signer is None or signer[0] != key:
+            text = str(uuid.UUID(bytes=segment_uuid)).encode()
+            signer = (key, capability.SegmentSigner(key, text, with_proof=False))
+            self._segment_uuid, self._signer = segment_uuid, signer
+        if not signer[1].verify(grant, offset, length, mode):
             return False
         start, size, allowed, expires, _ = capability.GRANT.unpack(grant)
         if len(self._entries) >= self._limit:

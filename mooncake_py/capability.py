@@ -72,9 +72,57 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _tag(key: bytes, segment: bytes, offset: int, length: int, mode: int, expires: int) -> bytes:
-    signed = _SIGNED.pack(offset, length, mode, expires) + segment
-    return hashlib.blake2s(signed, key=key, digest_size=TAG_BYTES).digest()
+class SegmentSigner:
+    """Mints and checks one segment's grants, with the keyed hash of its id prepared once
+    (a copy of the prepared state per grant costs about 60 % of hashing from scratch).
+
+    Args:
+        key: the segment's key (empty: a segment mounted without one; nothing it signs
+            verifies).
+        segment: the segment id's UTF-8 bytes.
+        with_proof: derive the proof key (what :data:`MAP` grants carry); a signer that only
+            verifies needs none.
+
+    Attributes:
+        proof: the segment's :func:`proof_key` (empty without a key or ``with_proof``).
+
+    Thread-safety: immutable after construction; every method may run in several threads.
+    """
+
+    __slots__ = ("_prefix", "_keyed", "proof")
+
+    def __init__(self, key: bytes, segment: bytes, with_proof: bool = True) -> None:
+        self._keyed = bool(key)
+        self._prefix = hashlib.blake2s(segment, key=key, digest_size=TAG_BYTES)
+        self.proof = proof_key(key, segment) if key and with_proof else b""
+
+    def tag(self, offset: int, length: int, mode: int, expires_ms: int) -> bytes:
+        """The tag of one grant's fields (the segment id comes first, the fixed-size fields
+        last, so no two inputs read alike). O(1)."""
+        state = self._prefix.copy()
+        state.update(_SIGNED.pack(offset, length, mode, expires_ms))
+        return state.digest()
+
+    def mint(self, offset: int, length: int, mode: int, expires_ms: int) -> bytes:
+        """A capability for ``length`` bytes at ``offset`` allowing ``mode`` (a union of
+        :data:`READ`, :data:`WRITE`, :data:`MAP`) until ``expires_ms``; the proof key is
+        appended when ``mode`` has :data:`MAP`."""
+        tag = self.tag(offset, length, mode, expires_ms)
+        grant = GRANT.pack(offset, length, mode, expires_ms, tag)
+        return grant + self.proof if mode & MAP else grant
+
+    def verify(
+        self, grant: bytes, offset: int, length: int, mode: int, now: int | None = None
+    ) -> bool:
+        """See :func:`verify`."""
+        if len(grant) != GRANT_BYTES or not self._keyed:
+            return False
+        g_offset, g_length, g_mode, expires, tag = GRANT.unpack(grant)
+        if mode & ~g_mode or offset < g_offset or offset + length > g_offset + g_length:
+            return False
+        if expires <= (now_ms() if now is None else now):
+            return False
+        return hmac.compare_digest(tag, self.tag(g_offset, g_length, g_mode, expires))
 
 
 def mint(
@@ -84,19 +132,12 @@ def mint(
     length: int,
     mode: int,
     expires_ms: int,
-    proof: bytes = b"",
 ) -> bytes:
     """A capability for ``length`` bytes at ``offset`` of the segment whose id is ``segment``
     (its UTF-8 bytes), allowing ``mode`` (a union of :data:`READ`, :data:`WRITE`,
-    :data:`MAP`) until ``expires_ms``.
-
-    Args:
-        proof: the segment's :func:`proof_key` (the caller caches it), appended when ``mode``
-            has :data:`MAP`.
-    """
-    tag = _tag(key, segment, offset, length, mode, expires_ms)
-    grant = GRANT.pack(offset, length, mode, expires_ms, tag)
-    return grant + proof if mode & MAP else grant
+    :data:`MAP`) until ``expires_ms``, with the segment's proof key appended when ``mode``
+    has :data:`MAP`. Callers that mint often keep a :class:`SegmentSigner`."""
+    return SegmentSigner(key, segment).mint(offset, length, mode, expires_ms)
 
 
 def grant_of(capability: bytes) -> bytes:
@@ -127,14 +168,8 @@ def verify(
     ``key`` (a segment mounted without one: keyed with nothing, BLAKE2s is a plain hash that
     anybody could compute). Constant time in the tag.
     """
-    if len(grant) != GRANT_BYTES or not key:
-        return False
-    g_offset, g_length, g_mode, expires, tag = GRANT.unpack(grant)
-    if mode & ~g_mode or offset < g_offset or offset + length > g_offset + g_length:
-        return False
-    if expires <= (now_ms() if now is None else now):
-        return False
-    return hmac.compare_digest(tag, _tag(key, segment, g_offset, g_length, g_mode, expires))
+    signer = SegmentSigner(key, segment, with_proof=False)
+    return signer.verify(grant, offset, length, mode, now)
 
 
 def proof_key(key: bytes, segment: bytes) -> bytes:

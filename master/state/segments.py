@@ -42,16 +42,15 @@ class MountedSegment:
     """A segment the master may allocate in, and the client that contributes it.
 
     Attributes:
-        id_bytes: the segment id as UTF-8 (what capabilities sign), encoded once.
-        proof_key: the segment's :func:`~mooncake_py.capability.proof_key`, computed once.
+        signer: mints the segment's capabilities (its key and id prepared once); None for a
+            segment mounted without a key (it gets none).
         tenant: the tenant it belongs to; "" for nobody's (mounted without tokens).
     """
 
     info: SegmentInfo
     client_id: str
     allocator: OffsetAllocator
-    id_bytes: bytes = b""
-    proof_key: bytes = b""
+    signer: capability.SegmentSigner | None = None
     tenant: str = ""
 
     def usable_by(self, tenant: str) -> bool:
@@ -141,14 +140,12 @@ class SegmentManager:
 
         Complexity: O(1).
         """
-        id_bytes = info.id.encode()
         key = info.capability_key
         mounted = MountedSegment(
             info=info,
             client_id=client_id,
             allocator=OffsetAllocator(info.size),
-            id_bytes=id_bytes,
-            proof_key=capability.proof_key(key, id_bytes) if key else b"",
+            signer=capability.SegmentSigner(key, info.id.encode()) if key else None,
             tenant=tenant,
         )
         self._restricted += _restricted(mounted)

@@ -408,7 +408,7 @@ class StoreState:
         Complexity: O(1), one keyed hash.
         """
         segment = self.segments.get(replica.segment_id)
-        if segment is None or not segment.info.capability_key:
+        if segment is None or segment.signer is None:
             info, grant = (_GONE_SEGMENT if segment is None else segment.info), b""
         else:
             info = segment.info
@@ -421,15 +421,7 @@ class StoreState:
                 expires = self.segments.wall_ms() + lifetime
                 if allow_map and (not segment.tenant or segment.tenant == meta.tenant):
                     mode |= capability.MAP
-            grant = capability.mint(
-                info.capability_key,
-                segment.id_bytes,
-                replica.offset,
-                meta.size,
-                mode,
-                expires,
-                segment.proof_key,
-            )
+            grant = segment.signer.mint(replica.offset, meta.size, mode, expires)
         return ReplicaDescriptor(
             replica.id,
             replica.status,

@@ -93,9 +93,11 @@ class BoundCall:
         run: a parsed, tenant-bound request -> the serialized answer (steps 4 to 6); a
             sliced call runs every slice back to back.
         run_sliced: the same as a sliced operation; None for a plain RPC.
+        checked: the per-caller checks (:mod:`.principals`) can apply to its calls on this
+            master; False skips them.
     """
 
-    __slots__ = ("rpc", "sliced", "parse", "run", "run_sliced")
+    __slots__ = ("rpc", "sliced", "parse", "run", "run_sliced", "checked")
 
     def __init__(
         self,
@@ -106,6 +108,8 @@ class BoundCall:
         self.sliced = rpc.sliced
         self.parse = rpc.request_type.FromString
         self.run, self.run_sliced = runners
+        # Whether the per-caller checks apply (set by the pipeline, which knows the master).
+        self.checked = True
 
 
 class CallPipeline:
@@ -140,6 +144,8 @@ class CallPipeline:
         self.calls: Mapping[str, BoundCall] = {
             name: BoundCall(rpc, self._runner(rpc)) for name, rpc in RPCS.items()
         }
+        for bound in self.calls.values():
+            bound.checked = self._checks.applies_to(bound.rpc)
 
     @property
     def requires_token(self) -> bool:
@@ -221,6 +227,8 @@ class CallPipeline:
             caller = Caller("", True)
         if caller.authenticated and bind_tenant(request, caller.tenant) is not None:
             return Rejection.PERMISSION_DENIED, _PERMISSION_DENIED_TEXT
+        if not bound.checked:
+            return request
         verdict = self._checks.admit(bound.rpc, request, caller)
         if verdict is None:
             return request

@@ -121,9 +121,7 @@ def test_modes(granted: int, asked: int, allowed: bool) -> None:
     "size", [0, 1, GRANT_BYTES - 1, GRANT_BYTES + 1, capability.CAPABILITY_BYTES]
 )
 def test_malformed_grants_are_invalid(size: int) -> None:
-    whole = capability.mint(
-        KEY, SEGMENT, OFFSET, LENGTH, READ | MAP, EXPIRES, capability.proof_key(KEY, SEGMENT)
-    )
+    whole = capability.mint(KEY, SEGMENT, OFFSET, LENGTH, READ | MAP, EXPIRES)
     malformed = (whole + bytes(64))[:size]
     assert not allows(malformed)
 
@@ -134,12 +132,12 @@ def test_zero_bytes_are_no_grant() -> None:
 
 def test_grant_and_proof_key_parts() -> None:
     proof = capability.proof_key(KEY, SEGMENT)
-    mapped = capability.mint(KEY, SEGMENT, OFFSET, LENGTH, READ | MAP, EXPIRES, proof)
+    mapped = capability.mint(KEY, SEGMENT, OFFSET, LENGTH, READ | MAP, EXPIRES)
     assert len(mapped) == capability.CAPABILITY_BYTES
     assert capability.proof_key_of(mapped) == proof
     assert allows(capability.grant_of(mapped))
-    # Without MAP no proof key is attached, even when one is passed.
-    unmapped = capability.mint(KEY, SEGMENT, OFFSET, LENGTH, READ, EXPIRES, proof)
+    # Without MAP no proof key is attached.
+    unmapped = capability.mint(KEY, SEGMENT, OFFSET, LENGTH, READ, EXPIRES)
     assert len(unmapped) == GRANT_BYTES and capability.proof_key_of(unmapped) == b""
     assert capability.grant_of(b"") == b"" and capability.proof_key_of(b"") == b""
 
@@ -161,3 +159,15 @@ def test_proofs_show_the_key_without_revealing_it() -> None:
 def test_segment_keys_are_fresh() -> None:
     keys = {capability.new_segment_key() for _ in range(16)}
     assert len(keys) == 16 and all(len(k) == capability.KEY_BYTES for k in keys)
+
+
+def test_a_prepared_signer_agrees_with_the_functions() -> None:
+    signer = capability.SegmentSigner(KEY, SEGMENT)
+    minted = signer.mint(OFFSET, LENGTH, READ | MAP, EXPIRES)
+    assert minted == capability.mint(KEY, SEGMENT, OFFSET, LENGTH, READ | MAP, EXPIRES)
+    grant = capability.grant_of(minted)
+    assert signer.verify(grant, OFFSET, LENGTH, READ, now=EXPIRES - 1)
+    assert not signer.verify(grant, OFFSET, LENGTH, READ, now=EXPIRES)
+    other = capability.SegmentSigner(KEY, SEGMENT + b"x", with_proof=False)
+    assert other.proof == b"" and not other.verify(grant, OFFSET, LENGTH, READ, now=0)
+    assert not capability.SegmentSigner(b"", SEGMENT).verify(grant, OFFSET, LENGTH, READ, now=0)

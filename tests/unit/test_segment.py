@@ -42,7 +42,7 @@ class Clock:
 def _capability(key: bytes, segment_id: str, mode: int, ttl_ms: int = 60_000) -> bytes:
     segment = segment_id.encode()
     expires = capability.now_ms() + ttl_ms
-    return capability.mint(key, segment, 0, 4096, mode, expires, capability.proof_key(key, segment))
+    return capability.mint(key, segment, 0, 4096, mode, expires)
 
 
 @pytest.fixture
