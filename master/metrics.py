@@ -162,6 +162,33 @@ class _MetricsHTTPServer(ThreadingHTTPServer):
     # a client that stalls the handshake delays no one else.
     tls_context: ssl.SSLContext | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Connections served at once (a thread each); one beyond is closed at once, so a flood
+        # of idle or stalling connections costs at most this many threads.
+        self.connection_slots = threading.BoundedSemaphore(MAX_HTTP_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.connection_slots.acquire(blocking=False):
+            log.debug(
+                "metrics port: %s refused: %d connections open",
+                client_address,
+                MAX_HTTP_CONNECTIONS,
+            )
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.connection_slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connection_slots.release()
+
     def finish_request(self, request: Any, client_address: Any) -> None:
         context = self.tls_context
         if context is None:
@@ -180,6 +207,9 @@ class _MetricsHTTPServer(ThreadingHTTPServer):
                 secure.shutdown(socket.SHUT_WR)
             secure.close()
 
+
+MAX_HTTP_CONNECTIONS = 128
+"""Connections the metrics port serves at once; one beyond is closed without an answer."""
 
 REQUEST_TIMEOUT_S = 30.0
 """Longest a connection may stay silent (request not sent, answer not read) before it is
