@@ -274,16 +274,19 @@ class MasterClient:
             return calls[rpc.name](request, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             status = exc.code() if isinstance(exc, grpc.Call) else None
+            detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+            # The master's text says why (which client id, which rule), as on the stream channel.
             if status == grpc.StatusCode.UNAUTHENTICATED:
-                raise AuthenticationError(ErrorCode.RPC_FAIL, "UNAUTHENTICATED") from exc
+                raise AuthenticationError(ErrorCode.RPC_FAIL, f"UNAUTHENTICATED: {detail}") from exc
             if status == grpc.StatusCode.PERMISSION_DENIED:
-                raise PermissionDeniedError(ErrorCode.RPC_FAIL, "PERMISSION_DENIED") from exc
+                raise PermissionDeniedError(
+                    ErrorCode.RPC_FAIL, f"PERMISSION_DENIED: {detail}"
+                ) from exc
             code = (
                 ErrorCode.RPC_TIMEOUT
                 if status == grpc.StatusCode.DEADLINE_EXCEEDED
                 else ErrorCode.RPC_FAIL
             )
-            detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
             raise MasterUnavailableError(
                 code, f"{rpc.name} to {self.address}: {status} {detail}"
             ) from exc
