@@ -84,8 +84,10 @@ class Worker:
         return self.store.close()
 
 
-def main() -> None:
-    worker = Worker()
+def main(worker: Worker | None = None) -> None:
+    """Answer requests from stdin until ``close`` or EOF, with ``worker`` (a fresh
+    :class:`Worker` by default; subclasses add operations)."""
+    worker = worker or Worker()
     for line in sys.stdin:
         request = json.loads(line)
         op = request.pop("op")

@@ -6,12 +6,10 @@ Requests and answers as in ``client_worker.py`` (JSON lines on stdin / stdout).
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
 from mooncake_py import ReplicateConfig
-from tests.integration.client_worker import Worker, digest, value_for
+from tests.integration.client_worker import Worker, digest, main, value_for
 
 
 class TenantWorker(Worker):
@@ -47,20 +45,5 @@ class TenantWorker(Worker):
         return bool(self.store.client.master_reachable)
 
 
-def main() -> None:
-    worker = TenantWorker()
-    for line in sys.stdin:
-        request = json.loads(line)
-        op = request.pop("op")
-        try:
-            answer = {"ok": True, "result": getattr(worker, f"op_{op}")(**request)}
-        except Exception as exc:  # reported to the test, which fails with it
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
-        if op == "close":
-            break
-
-
 if __name__ == "__main__":
-    main()
+    main(TenantWorker())

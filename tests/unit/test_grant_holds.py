@@ -5,6 +5,7 @@ wall clock injected)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -15,6 +16,7 @@ from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.service.facade import MasterService
 from mooncake_py.master.state.grant_holds import GrantHolds
 from mooncake_py.types import ReplicateConfig, SegmentInfo
+from tests.unit.test_tenant_segments import seg as tenant_segment
 
 MIB = 1 << 20
 OK = ErrorCode.OK
@@ -40,16 +42,7 @@ def make_service(**overrides: Any) -> tuple[MasterService, WallClock]:
 
 
 def seg(seg_id: str, size: int = 4096, shared: bool = False) -> SegmentInfo:
-    return SegmentInfo(
-        id=seg_id,
-        name=f"name-{seg_id}",
-        base=0x1000,
-        size=size,
-        te_endpoint="127.0.0.1:1",
-        host_id="host",
-        shared=shared,
-        capability_key=KEY,
-    )
+    return dataclasses.replace(tenant_segment(seg_id, size, shared), capability_key=KEY)
 
 
 def mode_of(cap: bytes) -> int:
