@@ -40,7 +40,7 @@ class Run:
         self.next_id = 0
         self.failures = 0
         self.writes = 0
-        assert self.service.mountseg("admin", seg("shared", 256 * KIB, True), "ops") == 0
+        assert self.service.mount_segment("admin", seg("shared", 256 * KIB, True), "ops") == 0
 
     def client(self, tenant: str) -> str:
         return f"client-{tenant}"
@@ -49,19 +49,19 @@ class Run:
         self.next_id += 1
         seg_id = f"{tenant}-{self.next_id}"
         size = self.rng.choice((64, 128, 256)) * KIB
-        assert self.service.mountseg(self.client(tenant), seg(seg_id, size), tenant) == 0
+        assert self.service.mount_segment(self.client(tenant), seg(seg_id, size), tenant) == 0
         self.mounted[tenant].append(seg_id)
 
     def unmount(self, tenant: str) -> None:
         if self.mounted[tenant]:
             seg_id = self.mounted[tenant].pop(self.rng.randrange(len(self.mounted[tenant])))
-            assert self.service.unmountseg(self.client(tenant), seg_id, tenant) == 0
+            assert self.service.unmount_segment(self.client(tenant), seg_id, tenant) == 0
 
     def foreign_unmount(self, tenant: str) -> None:
         others = [(t, s) for t in TENANTS if t != tenant for s in self.mounted[t]]
         if others:
             owner, seg_id = self.rng.choice(others)
-            code = self.service.unmountseg(self.client(owner), seg_id, tenant)
+            code = self.service.unmount_segment(self.client(owner), seg_id, tenant)
             assert code == ErrorCode.INVALID_PARAMS
             assert self.service.segment_of(seg_id) is not None
 
