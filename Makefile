@@ -24,8 +24,9 @@ test: $(STAMP)
 # The tensor API's tests need torch (a CPU build: pip install torch==2.13.0), kept out of
 # the default run for its size.
 test-tensors: $(STAMP)
-	$(PY) -m pip install -q 'torch==2.13.0'
-	$(PY) -m pytest -q tests/integration/test_tensors.py tests/integration/test_tensor_upserts.py tests/integration/test_engine_buffers.py
+	$(PY) -m pip install -q 'torch==2.13.0' 'safetensors>=0.4' 'fsspec>=2023.1'
+	$(PY) -m pytest -q tests/integration/test_tensors.py tests/integration/test_tensor_upserts.py tests/integration/test_engine_buffers.py \
+		tests/integration/test_tensor_selection.py tests/integration/test_tensor_files.py
 
 ENGINES_VENV ?= .engines-venv
 ENGINES_STAMP := $(ENGINES_VENV)/.installed

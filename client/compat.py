@@ -46,7 +46,8 @@ from .compat_ranged import RangedTransfers
 from .compat_setup import join, open_client, setup_values
 from .compat_standalone import StandaloneCalls
 from .compat_tasks import TaskTransfers
-from .compat_tensor import TensorCalls
+from .compat_tensor_files import TensorFileCalls
+from .compat_tensor_selection import TensorSelectionCalls
 from .config import ClientConfig
 from .embedded_master import EmbeddedMaster
 from .replica_desc import ReplicaDescriptor
@@ -592,7 +593,12 @@ class _DropInStore:
 
 
 class MooncakeDistributedStore(
-    StandaloneCalls, RangedTransfers, TaskTransfers, TensorCalls, _DropInStore
+    StandaloneCalls,
+    RangedTransfers,
+    TaskTransfers,
+    TensorFileCalls,
+    TensorSelectionCalls,
+    _DropInStore,
 ):
     """A client of a mooncake-py store; see the module docstring for conventions.
 

@@ -21,10 +21,13 @@ from .compat import MooncakeDistributedStore
 from .compat_ranged import AsyncRangedTransfers
 from .compat_tasks import AsyncTaskTransfers
 from .compat_tensor_async import AsyncTensorCalls
+from .compat_tensor_files_async import AsyncTensorFileCalls
 from .replica_desc import ReplicaDescriptor
 
 
-class AsyncMooncakeStore(AsyncRangedTransfers, AsyncTaskTransfers, AsyncTensorCalls, Offloader):
+class AsyncMooncakeStore(
+    AsyncRangedTransfers, AsyncTaskTransfers, AsyncTensorCalls, AsyncTensorFileCalls, Offloader
+):
     """Asyncio twin of :class:`~mooncake_py.MooncakeDistributedStore`.
 
     Args:

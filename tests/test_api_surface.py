@@ -23,6 +23,15 @@ from tests.typecheck import ROOT, build_layout, run_mypy
 
 PINNED: dict[str, dict[str, str]] = {
     "AsyncMooncakeStore": {
+        "get_tensor_dim_selection_into": "async (self, key: 'str', buffer_ptr: 'int', size: 'int', shape: 'Sequence[int]', dtype: 'str', dim: 'int', selections: 'Sequence[Any]', data_offset: 'int' = 0) -> 'int'",
+        "load_kv_cache_from_file": "async (self, key: 'str | None' = None, file_name: 'PathLike | None' = None, format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None, map_location: 'Any' = None, weights_only: 'bool' = True, allow_unsafe_remote_torch_load: 'bool' = False) -> 'Any'",
+        "load_tensor": "async (self, key: 'str', file_name: 'PathLike | None' = None, artifact_kind: 'str' = 'tensor', format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None, map_location: 'Any' = None, weights_only: 'bool' = True, allow_unsafe_remote_torch_load: 'bool' = False) -> 'Any'",
+        "load_tensor_from_file": "async (self, key: 'str | None' = None, file_name: 'PathLike | None' = None, format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None, map_location: 'Any' = None, weights_only: 'bool' = True, allow_unsafe_remote_torch_load: 'bool' = False) -> 'Any'",
+        "load_tensor_from_safetensor": "async (self, key: 'str | None' = None, file_name: 'PathLike | None' = None, filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'Any'",
+        "save_kv_cache_to_file": "async (self, key: 'str', file_name: 'PathLike | None' = None, format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'int'",
+        "save_tensor": "async (self, key: 'str', tensor: 'Any', file_name: 'PathLike | None' = None, artifact_kind: 'str' = 'tensor', format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'int'",
+        "save_tensor_to_file": "async (self, key: 'str', file_name: 'PathLike | None' = None, format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'int'",
+        "save_tensor_to_safetensor": "async (self, key: 'str', file_name: 'PathLike | None' = None, filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'int'",
         "attach_kv_session": "async (self, session_id: 'str', keys: 'Sequence[str]') -> 'list[int]'",
         "batch_get_buffer": "async (self, keys: 'Sequence[str]') -> 'list[BufferHandle | None]'",
         "batch_get_into": "async (self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",
@@ -130,6 +139,15 @@ PINNED: dict[str, dict[str, str]] = {
         "upsert_parts": "async (self, key: 'str', *parts: 'Any', config: 'ReplicateConfig | None' = None) -> 'int'",
     },
     "MooncakeDistributedStore": {
+        "get_tensor_dim_selection_into": "(self, key: 'str', buffer_ptr: 'int', size: 'int', shape: 'Sequence[int]', dtype: 'str', dim: 'int', selections: 'Sequence[Any]', data_offset: 'int' = 0) -> 'int'",
+        "load_kv_cache_from_file": "(self, key: 'str | None' = None, file_name: 'PathLike | None' = None, format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None, map_location: 'Any' = None, weights_only: 'bool' = True, allow_unsafe_remote_torch_load: 'bool' = False) -> 'Any'",
+        "load_tensor": "(self, key: 'str', file_name: 'PathLike | None' = None, artifact_kind: 'str' = 'tensor', format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None, map_location: 'Any' = None, weights_only: 'bool' = True, allow_unsafe_remote_torch_load: 'bool' = False) -> 'Any'",
+        "load_tensor_from_file": "(self, key: 'str | None' = None, file_name: 'PathLike | None' = None, format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None, map_location: 'Any' = None, weights_only: 'bool' = True, allow_unsafe_remote_torch_load: 'bool' = False) -> 'Any'",
+        "load_tensor_from_safetensor": "(self, key: 'str | None' = None, file_name: 'PathLike | None' = None, filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'Any'",
+        "save_kv_cache_to_file": "(self, key: 'str', file_name: 'PathLike | None' = None, format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'int'",
+        "save_tensor": "(self, key: 'str', tensor: 'Any', file_name: 'PathLike | None' = None, artifact_kind: 'str' = 'tensor', format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'int'",
+        "save_tensor_to_file": "(self, key: 'str', file_name: 'PathLike | None' = None, format: 'str' = 'auto', filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'int'",
+        "save_tensor_to_safetensor": "(self, key: 'str', file_name: 'PathLike | None' = None, filesystem: 'str' = 'auto', storage_options: 'Mapping[str, Any] | None' = None, tensor_name: 'str | None' = None) -> 'int'",
         "attach_kv_session": "(self, session_id: 'str', keys: 'Sequence[str]') -> 'list[int]'",
         "batch_get_buffer": "(self, keys: 'Sequence[str]') -> 'list[BufferHandle | None]'",
         "batch_get_into": "(self, keys: 'Sequence[str]', buffer_ptrs: 'Sequence[int]', sizes: 'Sequence[int]') -> 'list[int]'",

@@ -82,6 +82,18 @@ SHIM_CONFIG = '''\
 from mooncake_py.mooncake_config import *  # noqa: F401,F403
 '''
 
+SHIM_REMOTE_TENSOR_BATCH = '''\
+"""Shim: ``mooncake.remote_tensor_batch`` is mooncake-py's."""
+
+from mooncake_py.remote_tensor_batch import *  # noqa: F401,F403
+'''
+
+SHIM_STORE_FILE_IO = '''\
+"""Shim: ``mooncake.store_file_io`` is mooncake-py's."""
+
+from mooncake_py.store_file_io import *  # noqa: F401,F403
+'''
+
 
 @dataclass
 class Outcome:
@@ -110,6 +122,8 @@ def write_shim(root: Path) -> Path:
     (package / "__init__.py").write_text(SHIM_INIT)
     (package / "store.py").write_text(SHIM_STORE)
     (package / "mooncake_config.py").write_text(SHIM_CONFIG)
+    (package / "remote_tensor_batch.py").write_text(SHIM_REMOTE_TENSOR_BATCH)
+    (package / "store_file_io.py").write_text(SHIM_STORE_FILE_IO)
     return root
 
 
@@ -205,7 +219,11 @@ def start_master(python: str, env: dict[str, str], log_path: Path) -> tuple[Serv
         log_path,
     )
     line = master.start()
-    return master, "127.0.0.1:" + line.rsplit(":", 1)[1].strip()
+    # The log's line goes on after the port ("... listening on 127.0.0.1:42913 (plaintext)").
+    port = re.search(r"listening on [^\s:]+:(\d+)", line)
+    if port is None:
+        raise RuntimeError(f"cannot read the master's port from {line!r}")
+    return master, "127.0.0.1:" + port.group(1)
 
 
 def dummy_ports(source: str) -> list[int]:
