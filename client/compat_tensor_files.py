@@ -95,19 +95,8 @@ class TensorFileCalls(TensorCalls):
             key, file_name, "safetensors", filesystem, storage_options, tensor_name
         )
 
-    def save_kv_cache_to_file(
-        self,
-        key: str,
-        file_name: PathLike | None = None,
-        format: str = "auto",
-        filesystem: str = "auto",
-        storage_options: Mapping[str, Any] | None = None,
-        tensor_name: str | None = None,
-    ) -> int:
-        """:meth:`save_tensor_to_file` of a KV-cache tensor (the same file)."""
-        return self.save_tensor_to_file(
-            key, file_name, format, filesystem, storage_options, tensor_name
-        )
+    # A KV-cache file is a tensor file: the same call, as upstream.
+    save_kv_cache_to_file = save_tensor_to_file
 
     # ------------------------------------------------------------------------------------------
     # File -> store
@@ -182,30 +171,8 @@ class TensorFileCalls(TensorCalls):
             key, file_name, "safetensors", filesystem, storage_options, tensor_name
         )
 
-    def load_kv_cache_from_file(
-        self,
-        key: str | None = None,
-        file_name: PathLike | None = None,
-        format: str = "auto",
-        filesystem: str = "auto",
-        storage_options: Mapping[str, Any] | None = None,
-        tensor_name: str | None = None,
-        map_location: Any = None,
-        weights_only: bool = True,
-        allow_unsafe_remote_torch_load: bool = False,
-    ) -> Any:
-        """:meth:`load_tensor_from_file` of a KV-cache file (the same call)."""
-        return self.load_tensor_from_file(
-            key,
-            file_name,
-            format,
-            filesystem,
-            storage_options,
-            tensor_name,
-            map_location,
-            weights_only,
-            allow_unsafe_remote_torch_load,
-        )
+    # A KV-cache file is a tensor file: the same call, as upstream.
+    load_kv_cache_from_file = load_tensor_from_file
 
     # ------------------------------------------------------------------------------------------
     # Store and file in one call

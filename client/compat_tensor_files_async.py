@@ -109,51 +109,11 @@ class AsyncTensorFileCalls(AsyncStoreBase):
             tensor_name,
         )
 
-    async def save_kv_cache_to_file(
-        self,
-        key: str,
-        file_name: PathLike | None = None,
-        format: str = "auto",
-        filesystem: str = "auto",
-        storage_options: Mapping[str, Any] | None = None,
-        tensor_name: str | None = None,
-    ) -> int:
-        """Coroutine of :meth:`TensorFileCalls.save_kv_cache_to_file`."""
-        return await self._run(
-            self._files_store().save_kv_cache_to_file,
-            key,
-            file_name,
-            format,
-            filesystem,
-            storage_options,
-            tensor_name,
-        )
+    # A KV-cache file is a tensor file: the same call, as upstream.
+    save_kv_cache_to_file = save_tensor_to_file
 
-    async def load_kv_cache_from_file(
-        self,
-        key: str | None = None,
-        file_name: PathLike | None = None,
-        format: str = "auto",
-        filesystem: str = "auto",
-        storage_options: Mapping[str, Any] | None = None,
-        tensor_name: str | None = None,
-        map_location: Any = None,
-        weights_only: bool = True,
-        allow_unsafe_remote_torch_load: bool = False,
-    ) -> Any:
-        """Coroutine of :meth:`TensorFileCalls.load_kv_cache_from_file`."""
-        return await self._run(
-            self._files_store().load_kv_cache_from_file,
-            key,
-            file_name,
-            format,
-            filesystem,
-            storage_options,
-            tensor_name,
-            map_location,
-            weights_only,
-            allow_unsafe_remote_torch_load,
-        )
+    # A KV-cache file is a tensor file: the same call, as upstream.
+    load_kv_cache_from_file = load_tensor_from_file
 
     async def save_tensor(
         self,
