@@ -26,7 +26,8 @@ test: $(STAMP)
 test-tensors: $(STAMP)
 	$(PY) -m pip install -q 'torch==2.13.0' 'safetensors>=0.4' 'fsspec>=2023.1'
 	$(PY) -m pytest -q tests/integration/test_tensors.py tests/integration/test_tensor_upserts.py tests/integration/test_engine_buffers.py \
-		tests/integration/test_tensor_selection.py tests/integration/test_tensor_files.py
+		tests/integration/test_tensor_selection.py tests/integration/test_tensor_files.py \
+		tests/integration/test_standalone_ranges_tensors.py
 
 ENGINES_VENV ?= .engines-venv
 ENGINES_STAMP := $(ENGINES_VENV)/.installed

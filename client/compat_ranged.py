@@ -9,7 +9,9 @@ methods only convert:
 
 - the session calls return one int per key (0, a byte count for the ranged transfers, or a
   negative ``ErrorCode``); ``batch_get_session_end`` returns one int;
-- ``get_into_ranges`` returns, per buffer, per key, per range, the bytes copied or a code;
+- ``get_into_ranges`` returns, per buffer, per key, per range, the bytes copied or a code
+  (on a store attached with ``setup_dummy`` the standalone service does the read, into its
+  mapping of the registered pool memory; the session calls need a joined store);
 - nothing raises for bad values: before ``setup`` (or after ``close``) every key answers
   INVALID_PARAMS (-600), lists of different lengths answer -600 for every key, a bad range
   -600 for its key (or range). Arguments of the wrong type raise ``TypeError``, as upstream.
@@ -32,6 +34,7 @@ from mooncake_py.types import ReplicateConfig
 from .mixin_bases import AsyncStoreBase, StoreBase
 from .ranged import RangedSessions
 from .results import BatchResult
+from .standalone_client import StandaloneClient
 
 if TYPE_CHECKING:
     from .api import Client
@@ -234,6 +237,15 @@ class RangedTransfers(StoreBase):
             -600 for every range whose place is known (one per key where its range count is
             not).
         """
+        client = self.client
+        if isinstance(client, StandaloneClient):
+            # Attached with setup_dummy: the service holds the segment and does the read.
+            try:
+                return client.get_into_ranges(
+                    buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes
+                )
+            except MooncakeError as exc:
+                return _shaped(all_keys, all_sizes, exc.code)
         sessions = self._sessions()
         if sessions is not None:
             try:

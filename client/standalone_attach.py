@@ -311,6 +311,16 @@ class Attachment:
                 self._wanted.pop(base, None)
         return True
 
+    def shares(self, ptr: int, size: int) -> bool:
+        """Whether ``[ptr, ptr + size)`` (size > 0) lies inside one allocation this
+        attachment shares with the service (one with a registration in it): exactly the
+        memory the service's zero-copy calls may reach. O(log n) in live allocations."""
+        region = host_memory().find(ptr, size)
+        if region is None:
+            return False
+        with self._cond:
+            return self._wanted.get(region.address) is region
+
     def forget(self, region: HostRegion) -> None:
         """``region`` was freed: drop every registration inside it, and have the service
         unmap it now on the idle connections (busy ones do before their next call)."""

@@ -12,15 +12,19 @@ What runs in the service, with the in-process semantics and codes of each call:
   ``batch_put_from_multi_buffers``, ``upsert_from``, ``batch_upsert_from``;
 - reads: ``get``, ``get_batch``, ``get_buffer``, ``batch_get_buffer``,
   ``get_buffer_handle``, ``batch_get_buffer_handle`` (values sent inline, one copy here), and
-  the zero-copy ``get_into``, ``batch_get_into``, ``batch_get_into_multi_buffers``;
+  the zero-copy ``get_into``, ``batch_get_into``, ``batch_get_into_multi_buffers`` and
+  :meth:`StandaloneClient.get_into_ranges` (one lookup, byte ranges of many objects);
 - queries: ``is_exist``, ``batch_is_exist``, ``probe_key``, ``batch_probe_key``,
   ``get_size``, ``remove``, ``batch_remove``, ``remove_by_regex``, ``remove_all``.
 
 Zero-copy calls need memory from ``MooncakeHostMemAllocator`` or ``alloc_from_mem_pool``
 registered with :meth:`register_buffer` (the service maps those pages; it cannot see other
-memory). Anything else (KV-session control, ranged sessions, replica descriptors, stats)
-raises :class:`~mooncake_py.errors.InvalidParamsError` naming standalone mode, which the
-drop-in store reports as INVALID_PARAMS, as upstream's dummy client refuses what it lacks.
+memory). The client's registry (``_buffers``, an :class:`AttachedBuffers`) admits exactly
+that memory, so the layers that read or lay out registered memory in this process (the
+tensor calls' ``*_from`` / ``*_into`` forms) work on it unchanged. Anything else (KV-session
+control, ranged sessions, replica descriptors, stats) raises
+:class:`~mooncake_py.errors.InvalidParamsError` naming standalone mode, which the drop-in
+store reports as INVALID_PARAMS, as upstream's dummy client refuses what it lacks.
 
 A lost service raises :class:`~mooncake_py.errors.UnavailableError` (RPC_FAIL); the next call
 reconnects and registers the engine's memory again.
@@ -47,6 +51,7 @@ from .buffer_handle import BufferHandle
 from .buffers import RegisteredBuffers, bytes_view, parts_views
 from .config import ClientConfig
 from .core import ClientCore
+from .data_plane import view_of_address
 from .replica_desc import SegmentDirectory
 from .results import BatchResult
 from .standalone_attach import Attachment
@@ -64,6 +69,63 @@ def _config(config: ReplicateConfig | None) -> ReplicateConfig | None:
     return config
 
 
+def _index_or_none(value: Any) -> int | None:
+    """An int for an integer of any kind (numpy's too), else None (which the service's
+    ranged read refuses per key with INVALID_PARAMS, as the in-process read refuses a value
+    that is not an integer)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _nested_ints(value: Any, depth: int) -> Any:
+    """``value`` as lists nested ``depth`` deep with :func:`_index_or_none` leaves; a level
+    that is not iterable becomes None (refused by the service as in-process)."""
+    if depth == 0:
+        return _index_or_none(value)
+    try:
+        items = list(value)
+    except TypeError:
+        return None
+    return [_nested_ints(v, depth - 1) for v in items]
+
+
+class AttachedBuffers(RegisteredBuffers):
+    """The registry of a :class:`StandaloneClient`: the memory its attachment shares with
+    the service (whole allocations of ``MooncakeHostMemAllocator`` / ``alloc_from_mem_pool``
+    with a registration in them, as the service maps whole allocations).
+
+    Args:
+        attachment: the link whose registrations this registry reflects; a freed
+            allocation leaves it at once.
+
+    Thread-safety: every method may be called from several threads at once.
+    Complexity: a lookup O(log n) in live allocations.
+    """
+
+    def __init__(self, attachment: Attachment) -> None:
+        super().__init__()
+        self._attachment = attachment
+
+    def register(self, buffer_ptr: int, size: int) -> bool:
+        """Share the allocation holding ``[buffer_ptr, + size)`` with the service (see
+        :meth:`Attachment.register`, whose errors it raises); True."""
+        self._attachment.register(buffer_ptr, size)
+        return True
+
+    def unregister(self, buffer_ptr: int) -> bool:
+        """Forget the registration starting at ``buffer_ptr``; False when there was none."""
+        return self._attachment.unregister(buffer_ptr)
+
+    def view(self, buffer_ptr: int, size: int) -> memoryview | None:
+        """A writable view of ``size`` bytes at ``buffer_ptr``, or None unless the whole range
+        lies inside one allocation shared with the service."""
+        if not self._attachment.shares(buffer_ptr, size):
+            return None
+        return view_of_address(buffer_ptr, size)
+
+
 class StandaloneClient(Client):
     """A :class:`~mooncake_py.Client` whose calls run in the host's standalone service.
 
@@ -74,7 +136,7 @@ class StandaloneClient(Client):
     def __init__(self, attachment: Attachment) -> None:  # joins nothing: the service has
         self.config = ClientConfig(global_segment_size=0)
         self._clock = time.monotonic
-        self._buffers = RegisteredBuffers()
+        self._buffers = AttachedBuffers(attachment)
         self._segments = SegmentDirectory()
         self._core = None
         self.attachment = attachment
@@ -130,7 +192,7 @@ class StandaloneClient(Client):
         """
         if self.attachment.closed:
             raise invalid_params("the client is closed")
-        self.attachment.register(operator.index(buffer_ptr), operator.index(size))
+        self._buffers.register(operator.index(buffer_ptr), operator.index(size))
 
     def unregister_buffer(self, buffer_ptr: int) -> None:
         """Forget a registered buffer.
@@ -138,7 +200,7 @@ class StandaloneClient(Client):
         Raises:
             InvalidParamsError: no buffer starts at ``buffer_ptr``.
         """
-        if not self.attachment.unregister(operator.index(buffer_ptr)):
+        if not self._buffers.unregister(operator.index(buffer_ptr)):
             raise invalid_params(f"no registered buffer at {buffer_ptr:#x}")
 
     # -- writes ------------------------------------------------------------------------------
@@ -277,6 +339,39 @@ class StandaloneClient(Client):
             [_addresses(s) for s in all_sizes],
             bool(prefer_alloc_in_same_node),
         )
+
+    def get_into_ranges(
+        self,
+        buffer_ptrs: Sequence[int],
+        all_keys: Sequence[Sequence[str]],
+        all_dst_offsets: Sequence[Sequence[Sequence[int]]],
+        all_src_offsets: Sequence[Sequence[Sequence[int]]],
+        all_sizes: Sequence[Sequence[Sequence[int]]],
+    ) -> list[list[list[int]]]:
+        """As :meth:`~mooncake_py.client.ranged.RangedSessions.get_into_ranges`, in the
+        service: one lookup there, the ranges copied straight into its mapping of this
+        process's registered pool memory. A range whose destination is not inside one
+        registered allocation answers INVALID_PARAMS (its key's other ranges are copied).
+
+        Returns:
+            ``result[b][i][j]``: the bytes copied, or a negative code (see the in-process
+            call).
+
+        Raises:
+            InvalidParamsError: the lists' shapes differ (as in-process), a bad key.
+            UnavailableError: the service cannot be reached.
+            TypeError: a list level is not a list, as in-process.
+        """
+        keys = [list(k) for k in all_keys]
+        answer = self.attachment.call(
+            "get_into_ranges",
+            _nested_ints(buffer_ptrs, 1),
+            keys,
+            _nested_ints(all_dst_offsets, 3),
+            _nested_ints(all_src_offsets, 3),
+            _nested_ints(all_sizes, 3),
+        )
+        return [[[int(v) for v in ranges] for ranges in per_key] for per_key in answer]
 
     def get_buffer(self, key: str) -> pa.Buffer:
         """As :meth:`Client.get_buffer`."""

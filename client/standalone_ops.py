@@ -7,6 +7,7 @@ service's typed :class:`~mooncake_py.Client`, after rewriting every engine addre
 service's mapping of the same pages. An address range that is not wholly inside one mapping
 of *this* connection becomes address 0, which the client refuses per key with
 INVALID_PARAMS: a request can only reach memory its own connection registered.
+``get_into_ranges`` (one base per buffer, offsets from it) is confined per range the same way.
 
 Thread-safety: a :class:`ConnectionRegions` belongs to its connection's thread
 (:attr:`ConnectionRegions.count` may be read from any thread).
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mooncake_py.errors import ErrorCode, MooncakeError
 from mooncake_py.types import ProbeLeaseMode, ReplicateConfig
 
+from .ranged import RangedSessions
 from .results import BatchResult
 
 if TYPE_CHECKING:
@@ -264,6 +266,60 @@ def _batch_get_into_multi(c: Client, r: ConnectionRegions, a: list[Any]) -> Any:
     return c.batch_get_into_multi_buffers(keys, local, all_sizes, bool(prefer))
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _confined_sizes(regions: ConnectionRegions, base: object, dst: object, sizes: object) -> object:
+    """One key's range sizes for the read in the service, with -1 (which the ranged read
+    refuses with INVALID_PARAMS) for each range whose destination ``[base + dst[j], +
+    sizes[j])`` is not wholly inside a region of this connection, or is not where the
+    service's address of ``base`` plus ``dst[j]`` lands. Anything malformed is left as it is
+    for the read to refuse exactly as in-process."""
+    if not isinstance(dst, list) or not isinstance(sizes, list) or len(dst) != len(sizes):
+        return sizes
+    if not isinstance(base, int) or isinstance(base, bool):
+        return sizes  # the read refuses every range of a base that is not an address
+    local_base = regions.translate(base, 0)
+    confined: list[object] = []
+    for offset, size in zip(dst, sizes, strict=True):
+        if _is_int(offset) and _is_int(size) and offset >= 0 and size > 0:
+            local = regions.translate(base + offset, size)
+            inside = local_base != 0 and local == local_base + offset
+            confined.append(size if inside else -1)
+        else:
+            confined.append(size)  # nothing is copied for these (or the read refuses them)
+    return confined
+
+
+def _get_into_ranges(c: Client, r: ConnectionRegions, a: list[Any]) -> Any:
+    """``get_into_ranges`` with every destination confined to this connection's regions.
+
+    Each buffer's base becomes the service's address of the same byte (0 when no region holds
+    it; then every range of it is refused before an address is formed), and a range is copied
+    only when it lies wholly inside one region of this connection: a base plus an offset must
+    never reach memory of the service or of another engine.
+    """
+    buffer_ptrs, all_keys, all_dst, all_src, all_sizes = a
+    if not all(isinstance(v, list) for v in (buffer_ptrs, all_dst, all_sizes)):
+        raise TypeError("buffer_ptrs, all_dst_offsets and all_sizes must be lists")
+    local_ptrs = [r.translate(p, 0) if _is_int(p) else p for p in buffer_ptrs]
+    confined: list[Any] = []
+    for b, per_key in enumerate(all_sizes):
+        dst = all_dst[b] if b < len(all_dst) else None
+        base = buffer_ptrs[b] if b < len(buffer_ptrs) else None
+        if isinstance(per_key, list) and isinstance(dst, list) and len(per_key) == len(dst):
+            pairs = zip(dst, per_key, strict=True)
+            confined.append([_confined_sizes(r, base, d, n) for d, n in pairs])
+        else:
+            confined.append(per_key)  # a shape the read refuses as a whole
+    sessions = RangedSessions(c)
+    try:
+        return sessions.get_into_ranges(local_ptrs, all_keys, all_dst, all_src, confined)
+    finally:
+        sessions.close()
+
+
 def _batch_probe_key(c: Client, _r: ConnectionRegions, a: list[Any]) -> Any:
     keys, mode, candidate_size = a
     return c.batch_probe_key(keys, ProbeLeaseMode(mode), candidate_size)
@@ -280,6 +336,7 @@ CALLS: dict[str, Call] = {
     "get_batch": lambda c, _r, a: c.get_batch(*a),
     "batch_get_into": _batch_get_into,
     "batch_get_into_multi_buffers": _batch_get_into_multi,
+    "get_into_ranges": _get_into_ranges,
     "batch_is_exist": lambda c, _r, a: c.batch_is_exist(*a),
     "probe_key": lambda c, _r, a: c.probe_key(*a),
     "batch_probe_key": _batch_probe_key,
