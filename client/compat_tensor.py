@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import ReplicateConfig
@@ -42,9 +42,6 @@ from .compat_tensor_parallel import ParallelTensorCalls
 from .mixin_bases import StoreBase
 from .tensor_io import INVALID, Shards, placement_ok, tp_key, tp_shards
 from .tensors import decode, encode, is_tensor
-
-if TYPE_CHECKING:
-    pass
 
 NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
 

@@ -7,7 +7,7 @@ mixin :class:`ParallelTensorCalls` (a base of
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mooncake_py.types import ReplicateConfig
 
@@ -15,9 +15,6 @@ from .mixin_bases import StoreBase
 from .tensor_io import INVALID, RawObject, Shards, StoredObject, TensorIO
 from .tensor_parallel import ReadPlan, axis_matches, parse_axes, plan_read, plan_write
 from .tensors import METADATA_SIZE, decode, encode, parse_metadata
-
-if TYPE_CHECKING:
-    pass
 
 
 def _per_key(value: Any, count: int) -> list[Any] | None:

@@ -107,9 +107,8 @@ class LocalShareServer:
 
     def __init__(self, segment: LocalSegment, key: bytes) -> None:
         self._segment = segment
-        self._key = key
-        self._id_bytes = segment.segment_id.encode()
-        self._proof_key = capability.proof_key(key, self._id_bytes)
+        # Checks grants and makes proofs with the key prepared once.
+        self._signer = capability.SegmentSigner(key, segment.segment_id.encode())
         self.name = socket_name(segment.segment_id)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -196,9 +195,7 @@ class LocalShareServer:
     def _answer(self, conn: socket.socket, request: bytes) -> None:
         magic, grant, nonce = REQUEST.unpack(request)
         offset, length, _, _, _ = capability.GRANT.unpack(grant)
-        allowed = magic == MAGIC and capability.verify(
-            self._key, self._id_bytes, grant, offset, length, capability.MAP
-        )
+        allowed = magic == MAGIC and self._signer.verify(grant, offset, length, capability.MAP)
         try:
             if not allowed:
                 self.refused += 1
@@ -208,7 +205,7 @@ class LocalShareServer:
                 conn.send(ANSWER.pack(MAGIC, REFUSED, 0, _NO_PROOF))
                 return
             answer = ANSWER.pack(
-                MAGIC, GRANTED, self._segment.size, capability.prove(self._proof_key, nonce)
+                MAGIC, GRANTED, self._segment.size, capability.prove(self._signer.proof, nonce)
             )
             self.granted += 1  # counted first: the peer may look as soon as it has the answer
             # 29 bytes into an empty socket buffer: a non-blocking send completes at once.

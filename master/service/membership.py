@@ -81,8 +81,13 @@ class MembershipService:
         :meth:`~mooncake_py.master.state.clients.ClientRegistry.bind`).
 
         Returns:
-            True when the client id is ``tenant``'s. O(1), under the lock.
+            True when the client id is ``tenant``'s. O(1); the lock only for a first binding.
         """
+        # Every call of a token-carrying client asks: an existing binding is read without the
+        # lock (bindings are set and dropped whole, under it).
+        holder = self._clients.tenant_of(client_id)
+        if holder is not None:
+            return holder == tenant
         with self._lock:
             return self._clients.bind(client_id, tenant, self._clock())
 

@@ -51,9 +51,7 @@ class GrantHolds:
         released: list[tuple[str, int]] = []
         while self._held and self._held[0][0] <= now_ms:
             _, segment_id, offset = heapq.heappop(self._held)
-            count = self._held_by_segment.get(segment_id, 0)
-            if count == 0:
-                continue  # its segment went away meanwhile
+            count = self._held_by_segment[segment_id]  # drop_segment took a gone one's out
             if count == 1:
                 del self._held_by_segment[segment_id]
             else:
