@@ -185,8 +185,8 @@ class AdminQueries:
         order; see :mod:`~mooncake_py.master.service.tenant_views`: a segment that is not the
         tenant's own (shared, unowned) shows no client id and only the tenant's bytes.
 
-        Complexity: O(segments), plus O(objects on shared segments) for one tenant, under
-        one hold of the lock.
+        Complexity: O(segments) under one hold of the lock; a tenant's bytes on a segment are
+        read from the state's tenant tallies in O(1).
         """
         with self._lock:
             segments = self._state.segments

@@ -474,7 +474,8 @@ class MasterService:
     def stats(self, tenant: str = "", all_tenants: bool = True) -> dict[str, int]:
         """Counts and bytes for metrics and tests: store-wide with ``all_tenants``, else
         :func:`~.tenant_views.stats_of` ``tenant`` (its objects, usable segments, bytes,
-        clients, sessions). O(segments), or O(objects) for one tenant."""
+        clients, sessions). O(segments) either way (and O(client bindings) for one tenant's
+        clients): every figure is a kept counter."""
         with self._lock:
             if not all_tenants:
                 return tenant_views.stats_of(self._state, self._resolve_tenant(tenant) or "")
@@ -495,6 +496,22 @@ class MasterService:
                 "memberships": self._state.sessions.memberships,
                 **counters,
             }
+
+    def tenant_figures(self) -> dict[str, dict[str, int]]:
+        """Per-tenant figures for labelled gauges: for every tenant that has objects or
+        sessions (effective tenant ids; the default tenant's is ``DEFAULT_TENANT``),
+        ``{"objects", "bytes", "sessions", "pinned_sessions"}`` (ints). ``bytes`` is size x
+        replicas of its objects, counting replicas from PutStart (in flight or written) as the
+        tenant views do. A tenant whose last object and session went is absent.
+
+        Returns:
+            A new dict the caller owns, consistent as of one instant (one hold of the lock).
+
+        Complexity: O(tenants with objects or sessions) under one hold of the lock; never
+        O(objects). Thread-safety: callable from any thread.
+        """
+        with self._lock:
+            return tenant_views.tenant_figures(self._state)
 
     def segment_usage(
         self, tenant: str = "", all_tenants: bool = True
@@ -520,6 +537,12 @@ class MasterService:
         """
         with self._lock:
             self._state.check()
+
+    def kv_cache_state(self, tenant: str) -> str:
+        """The tenant's KV-cache sleep state, ``"awake"`` or ``"kv_cache_released"`` (from a
+        ``release_kv_cache`` that removed at least one of its objects until its next KV-cache
+        write commits); see :meth:`~.release.ReleaseService.kv_cache_state`. O(1)."""
+        return self.releases.kv_cache_state(tenant)
 
     # ------------------------------------------------------------------------------------------
     # Helpers

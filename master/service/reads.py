@@ -62,7 +62,8 @@ class ReadService:
         Per key: OK with the COMPLETE replicas, the lease TTL and the lease's ``read_id``;
         OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY while the first write is in flight;
         INVALID_PARAMS for a bad key. Every key INVALID_PARAMS for a bad tenant or too many
-        keys. Complexity: O(keys x replicas).
+        keys. Each key answered OK counts as a hit (``get_hits``), each OBJECT_NOT_FOUND as a
+        miss (``get_misses``); the other answers as neither. Complexity: O(keys x replicas).
         """
         return drive(self.batch_get_replica_list_sliced(tenant, keys, client_id))
 
@@ -78,17 +79,22 @@ class ReadService:
         state = self._state
         ttl_ms = state.config.default_kv_lease_ttl
         lease_s = state.lease_ttl_s
+        counters = state.counters
 
         def step(_: int, key: str, now: float) -> ReplicaListResult:
             meta = state.objects.get((scope, key))
             if meta is None:
-                code = ErrorCode.OBJECT_NOT_FOUND if valid_key(key) else ErrorCode.INVALID_PARAMS
-                return ReplicaListResult(code)
+                if not valid_key(key):
+                    return ReplicaListResult(ErrorCode.INVALID_PARAMS)
+                counters.get_misses += 1
+                return ReplicaListResult(ErrorCode.OBJECT_NOT_FOUND)
             readable = state.readable_replicas(meta)
             if not readable:
                 if meta.readable:  # every replica on a segment being withdrawn
+                    counters.get_misses += 1
                     return ReplicaListResult(ErrorCode.OBJECT_NOT_FOUND)
                 return ReplicaListResult(ErrorCode.REPLICA_IS_NOT_READY)
+            counters.get_hits += 1
             state.touch(meta, now)
             read_id = state.reads.grant(client_id, meta, readable, now + lease_s)
             described = tuple(state.describe(meta, r) for r in readable)

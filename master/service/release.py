@@ -2,11 +2,18 @@
 
 :class:`ReleaseService` is reached as ``MasterService.releases``; it depends only on the shared
 :class:`~mooncake_py.master.service.context.ServiceContext`. ``release_kv_session`` closes a
-session and removes the members that nothing else needs: not held by another session, not hard
-pinned, not being written. ``release_kv_cache`` removes every KV-cache object of a tenant (data
-type KVCACHE or UNKNOWN) while other data (weights, ...) stays resident. Freed bytes are the
-allocators' own count of what came back. A member a reader is still copying from is removed
-too: its memory comes back the moment that read ends (``pending_bytes``).
+session and removes the members that nothing else needs: not held by another session (unless
+``all_pages``), not hard pinned, not being written. ``release_kv_cache`` removes every KV-cache
+object of a tenant (data type KVCACHE or UNKNOWN) while other data (weights, ...) stays
+resident. Freed bytes are the allocators' own count of what came back. A member a reader is
+still copying from is removed too: its memory comes back the moment that read ends
+(``pending_bytes``).
+
+**Counts and sleep state.** Every call answered OK counts, by kind (:data:`RELEASE_KINDS`), in
+the state's counters: calls, objects removed, bytes freed. A ``release_kv_cache`` that removes
+at least one object puts its tenant in the ``kv_cache_released`` sleep state (as vLLM's
+``engine_sleep_state``), which lasts until that tenant commits a KV-cache write (the write path
+clears it); :meth:`ReleaseService.kv_cache_state` reads it.
 
 **Slices.** Every release is a sliced operation (:mod:`~mooncake_py.master.service.slices`):
 it works for at most one slice's time per hold of the service lock and lets other calls in
@@ -38,6 +45,16 @@ KV_CACHE_TYPES = (int(ObjectDataType.KVCACHE), int(ObjectDataType.UNKNOWN))
 
 Released = tuple[ErrorCode, ReleaseResult]
 
+RELEASE_KINDS = ("session", "stale", "all", "kv_cache")
+"""The release kinds counted apart: release_kv_session, release_stale_kv_sessions,
+release_all_kv_sessions, release_kv_cache. Kind ``k`` counts in the state's counters as
+``k_releases``, ``k_released_objects`` and ``k_released_bytes``."""
+
+AWAKE = "awake"
+KV_CACHE_RELEASED = "kv_cache_released"
+SLEEP_STATES = (AWAKE, KV_CACHE_RELEASED)
+"""The values of a tenant's KV-cache sleep state (:meth:`ReleaseService.kv_cache_state`)."""
+
 
 class ReleaseService:
     """The release calls.
@@ -60,16 +77,23 @@ class ReleaseService:
 
     # -- one session -----------------------------------------------------------------------
 
-    def release_kv_session(self, tenant: str, session_id: str) -> Released:
+    def release_kv_session(self, tenant: str, session_id: str, all_pages: bool = False) -> Released:
         """:meth:`release_kv_session_sliced`, every slice back to back."""
-        return drive(self.release_kv_session_sliced(tenant, session_id))
+        return drive(self.release_kv_session_sliced(tenant, session_id, all_pages=all_pages))
 
-    def release_kv_session_sliced(self, tenant: str, session_id: str) -> Steps[Released]:
+    def release_kv_session_sliced(
+        self, tenant: str, session_id: str, all_pages: bool = False
+    ) -> Steps[Released]:
         """Close a session and remove its members that no one else needs.
+
+        Args:
+            all_pages: remove the members other sessions share too (they leave those
+                sessions); hard-pinned members and writes in flight still stay.
 
         Returns:
             (OK, what was released and kept); an unknown session is (OK, nothing released,
-            with a message); (INVALID_PARAMS, empty) for a bad id.
+            with a message); (INVALID_PARAMS, empty) for a bad id. An OK answer counts as a
+            ``session`` release.
 
         Complexity: O(members), in slices.
         """
@@ -79,10 +103,16 @@ class ReleaseService:
         with self._lock:
             session = self._state.sessions.get(resolved, session_id)
         if session is None:
-            return ErrorCode.OK, ReleaseResult(message=f"no session {session_id!r}")
-        return ErrorCode.OK, (yield from self._release(session, SliceTimer(self.slice_seconds)))
+            total = ReleaseResult(message=f"no session {session_id!r}")
+        else:
+            timer = SliceTimer(self.slice_seconds)
+            total = yield from self._release(session, timer, all_pages)
+        self._count("session", total)
+        return ErrorCode.OK, total
 
-    def _release(self, session: KvSession, timer: SliceTimer) -> Steps[ReleaseResult]:
+    def _release(
+        self, session: KvSession, timer: SliceTimer, all_pages: bool = False
+    ) -> Steps[ReleaseResult]:
         """Remove what the session alone holds, then end it (see the module)."""
         total = ReleaseResult(sessions=1)
         registry = self._state.sessions
@@ -97,7 +127,7 @@ class ReleaseService:
                             return total  # emptied (or closed) meanwhile
                         page, cursor = registry.page(session, cursor, RELEASE_PAGE)
                         if removing:
-                            total += self._release_page(session, page)
+                            total += self._release_page(session, page, all_pages)
                         else:
                             self._detach_page(session, page)
                         if not cursor or timer.spent():
@@ -108,7 +138,7 @@ class ReleaseService:
                 timer.restart()
         return total
 
-    def _release_page(self, session: KvSession, keys: list[str]) -> ReleaseResult:
+    def _release_page(self, session: KvSession, keys: list[str], all_pages: bool) -> ReleaseResult:
         now = self._clock()
         counts = dict.fromkeys(("shared", "hard", "writing"), 0)
         doomed: list[ObjectMetadata] = []
@@ -116,7 +146,7 @@ class ReleaseService:
             meta = self._state.objects.get((session.tenant, key))
             if meta is None:
                 continue
-            reason = _kept_because(meta)
+            reason = _kept_because(meta, all_pages)
             if reason is None:
                 doomed.append(meta)
             else:
@@ -150,6 +180,19 @@ class ReleaseService:
         self._state.counters.released_bytes += freed
         return freed, pending
 
+    def _count(self, kind: str, total: ReleaseResult) -> None:
+        """Count one release of ``kind`` (:data:`RELEASE_KINDS`) answered OK, with its totals."""
+        amounts = (
+            ("releases", 1),
+            ("released_objects", total.released_objects),
+            ("released_bytes", total.freed_bytes),
+        )
+        with self._lock:
+            counters = self._state.counters
+            for suffix, amount in amounts:
+                name = f"{kind}_{suffix}"
+                setattr(counters, name, getattr(counters, name) + amount)
+
     # -- many sessions ---------------------------------------------------------------------
 
     def release_stale_kv_sessions(
@@ -164,8 +207,9 @@ class ReleaseService:
         """Release every session of the tenant idle for longer than ``max_idle_ms``.
 
         Pinned sessions are skipped unless ``include_pinned``. A session is judged idle when
-        the walk over the tenant's sessions (in id order) reaches it. Returns the totals;
-        (INVALID_PARAMS, empty) for a bad tenant or a negative bound.
+        the walk over the tenant's sessions (in id order) reaches it. Returns the totals
+        (counted as a ``stale`` release); (INVALID_PARAMS, empty) for a bad tenant or a
+        negative bound.
 
         Complexity: O(sessions + their members), in slices.
         """
@@ -177,21 +221,26 @@ class ReleaseService:
             idle = (now - session.last_active_at) * 1000 > max_idle_ms
             return idle and (include_pinned or not session.pinned)
 
-        return ErrorCode.OK, (yield from self._release_each(resolved, stale))
+        total = yield from self._release_each(resolved, stale)
+        self._count("stale", total)
+        return ErrorCode.OK, total
 
     def release_all_kv_sessions(self, tenant: str, confirm: bool = False) -> Released:
         """:meth:`release_all_kv_sessions_sliced`, every slice back to back."""
         return drive(self.release_all_kv_sessions_sliced(tenant, confirm))
 
     def release_all_kv_sessions_sliced(self, tenant: str, confirm: bool = False) -> Steps[Released]:
-        """Release every session of the tenant; refused (INVALID_PARAMS) without ``confirm``.
+        """Release every session of the tenant (counted as an ``all`` release); refused
+        (INVALID_PARAMS) without ``confirm``.
 
         Complexity: O(sessions + their members), in slices.
         """
         resolved = self._resolve_tenant(tenant)
         if resolved is None or not confirm:
             return ErrorCode.INVALID_PARAMS, ReleaseResult(message="confirm=True is required")
-        return ErrorCode.OK, (yield from self._release_each(resolved, lambda s, now: True))
+        total = yield from self._release_each(resolved, lambda s, now: True)
+        self._count("all", total)
+        return ErrorCode.OK, total
 
     def _release_each(
         self, tenant: str, chosen: Callable[[KvSession, float], bool]
@@ -236,10 +285,12 @@ class ReleaseService:
         unless ``keep_pinned`` is false; hard-pinned ones and writes in flight always stay.
         Objects readers are still copying from are removed, their memory returned the moment
         those reads end (``pending_bytes``). Each object is judged when the walk over a
-        snapshot of the object table reaches it.
+        snapshot of the object table reaches it. Each slice that removes an object puts the
+        tenant in the ``kv_cache_released`` sleep state (see the module).
 
         Returns:
-            (OK, totals), or (INVALID_PARAMS, empty) for a bad tenant.
+            (OK, totals), counted as a ``kv_cache`` release; (INVALID_PARAMS, empty) for a
+            bad tenant.
 
         Complexity: O(objects), in slices.
         """
@@ -275,6 +326,9 @@ class ReleaseService:
                     if timer.spent():
                         break
                 freed, pending = self._remove_all_of(doomed, now)
+                if doomed:
+                    # Under the lock, in order with the commits that clear it again.
+                    self._state.kv_cache_released_tenants.add(resolved)
             total += ReleaseResult(
                 released_objects=len(doomed),
                 freed_bytes=freed,
@@ -286,12 +340,31 @@ class ReleaseService:
             if position < len(objects):
                 yield
                 timer.restart()
+        self._count("kv_cache", total)
         return ErrorCode.OK, total
 
+    # -- sleep state -----------------------------------------------------------------------
 
-def _kept_because(meta: ObjectMetadata) -> str | None:
-    """Why a released session's member must stay, or None when it can go."""
-    if meta.sessions is not None and len(meta.sessions) > 1:
+    def kv_cache_state(self, tenant: str) -> str:
+        """The tenant's KV-cache sleep state: ``kv_cache_released`` from a
+        ``release_kv_cache`` that removed at least one of its objects until its next KV-cache
+        write commits, else ``awake`` (also for an invalid tenant id). O(1)."""
+        resolved = self._resolve_tenant(tenant)
+        with self._lock:
+            released = resolved in self._state.kv_cache_released_tenants
+        return KV_CACHE_RELEASED if released else AWAKE
+
+    def kv_cache_released_tenants(self) -> list[str]:
+        """The (resolved) tenants in the ``kv_cache_released`` state, sorted.
+        O(t log t) for t such tenants."""
+        with self._lock:
+            return sorted(self._state.kv_cache_released_tenants)
+
+
+def _kept_because(meta: ObjectMetadata, all_pages: bool = False) -> str | None:
+    """Why a released session's member must stay, or None when it can go (a member other
+    sessions share goes too with ``all_pages``)."""
+    if not all_pages and meta.sessions is not None and len(meta.sessions) > 1:
         return "shared"
     if meta.hard_pinned:
         return "hard"

@@ -7,6 +7,10 @@ bytes counted in them. Its figures count its own objects, clients and sessions. 
 views (an admin token, or a master without tokens) are the facade's ``stats`` and
 ``segment_usage`` with ``all_tenants``.
 
+Every figure is read from counters the state keeps exact on every change (the object table's
+tenant tallies, :mod:`~mooncake_py.master.state.tenant_tally`, and the session registry's
+per-tenant counts), so no view walks objects: a dashboard polling them cannot stall the master.
+
 Thread-safety: none; callers hold the service lock.
 """
 
@@ -28,23 +32,15 @@ TENANT_STAT_KEYS = (
     "allocated_bytes",
     "clients",
     "sessions",
+    "pinned_sessions",
 )
 """The figures a tenant-scoped GetStats answers (the global one answers many more)."""
 
 
 def tenant_bytes_on(state: StoreState, mounted: MountedSegment, tenant: str) -> tuple[int, int]:
-    """``(bytes, replicas)`` of ``tenant``'s objects on ``mounted``. O(objects on it)."""
-    used = count = 0
-    segment_id = mounted.info.id
-    for object_id in state.objects.objects_on_segment(segment_id):
-        meta = state.objects.get(object_id)
-        if meta is None or meta.tenant != tenant:
-            continue
-        for replica in meta.replicas:
-            if replica.segment_id == segment_id:
-                used += replica.size
-                count += 1
-    return used, count
+    """``(bytes, replicas)`` of ``tenant``'s objects on ``mounted``: every replica on their
+    metadata, whatever its state (in flight or written). O(1)."""
+    return state.objects.tallies.share_on(tenant, mounted.info.id)
 
 
 def segment_usage_of(state: StoreState, tenant: str) -> list[SegmentUsage]:
@@ -52,7 +48,7 @@ def segment_usage_of(state: StoreState, tenant: str) -> list[SegmentUsage]:
     may use; shared and unowned segments count only ``tenant``'s objects and name their
     client only when it is ``tenant``'s own.
 
-    Complexity: O(segments + objects on the shared and unowned ones).
+    Complexity: O(segments), O(1) per segment ``tenant`` may use.
     """
     usage: list[SegmentUsage] = []
     for mounted in state.segments.usable_by(tenant):
@@ -71,17 +67,47 @@ def segment_usage_of(state: StoreState, tenant: str) -> list[SegmentUsage]:
 def stats_of(state: StoreState, tenant: str) -> dict[str, int]:
     """:data:`TENANT_STAT_KEYS` (and :data:`TENANT_VIEW_KEY`) for ``tenant``: its objects,
     the segments it may use and their capacity, the bytes its objects hold, its bound clients
-    and its sessions.
+    and its sessions (all, and pinned).
 
-    Complexity: O(objects + segments + sessions).
+    Complexity: O(segments) to find those ``tenant`` may use, O(1) for each of them and for
+    the object and session figures; O(client bindings) for ``clients``.
     """
     usage = segment_usage_of(state, tenant)
+    tally = state.objects.tallies.get(tenant)
+    sessions, pinned_sessions = state.sessions.tenant_counts(tenant)
     return {
-        "objects": len(state.objects.items_of_tenant(tenant)),
+        "objects": 0 if tally is None else tally.objects,
         "segments": len(usage),
         "capacity_bytes": sum(info.size for info, _, _, _ in usage),
         "allocated_bytes": sum(used for _, _, used, _ in usage),
         "clients": state.clients.bound_count(tenant),
-        "sessions": sum(1 for _ in state.sessions.sessions_after(tenant, "")),
+        "sessions": sessions,
+        "pinned_sessions": pinned_sessions,
         TENANT_VIEW_KEY: 1,
     }
+
+
+FIGURE_KEYS = ("objects", "bytes", "sessions", "pinned_sessions")
+"""The figures :func:`tenant_figures` gives each tenant."""
+
+
+def tenant_figures(state: StoreState) -> dict[str, dict[str, int]]:
+    """:data:`FIGURE_KEYS` of every tenant that has objects or sessions: its object count,
+    the bytes its objects hold (size x replicas, in flight or written), its sessions and how
+    many of them are pinned. A tenant with neither objects nor sessions is absent.
+
+    Complexity: O(tenants with objects or sessions).
+    """
+    figures: dict[str, dict[str, int]] = {}
+    for tenant, tally in state.objects.tallies.items():
+        figures[tenant] = {
+            "objects": tally.objects,
+            "bytes": tally.bytes,
+            "sessions": 0,
+            "pinned_sessions": 0,
+        }
+    for tenant, sessions, pinned in state.sessions.tenants():
+        entry = figures.setdefault(tenant, {"objects": 0, "bytes": 0})
+        entry["sessions"] = sessions
+        entry["pinned_sessions"] = pinned
+    return figures

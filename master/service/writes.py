@@ -34,6 +34,7 @@ from ..state.objects import ObjectMetadata, PendingSoftPin, Replica
 from ..state.segments import Allocation, PlacementRequest
 from ..state.store import StoreState
 from .eviction import Evictor
+from .release import KV_CACHE_TYPES
 
 
 def placement_request(size: int, config: ReplicateConfig, tenant: str) -> PlacementRequest:
@@ -347,6 +348,11 @@ class WritePath:
     ) -> ErrorCode:
         """Make the written replicas COMPLETE: the object becomes readable atomically.
 
+        This is the one commit point of every put and upsert (PutEnd, BatchPutEnd): a
+        committed KV-cache write (data type KVCACHE or UNKNOWN) wakes its tenant from the
+        ``kv_cache_released`` sleep state (:mod:`.release`); O(1), a set lookup only while
+        some tenant is released.
+
         Returns OK (also for a retry after success), OBJECT_NOT_FOUND, ILLEGAL_CLIENT (another
         client started the write) or INVALID_WRITE (nothing in flight, or ``write_id`` was
         preempted by a later write of the key).
@@ -359,6 +365,9 @@ class WritePath:
             return ErrorCode.OK if meta.is_readable() else ErrorCode.INVALID_WRITE
         self._state.mark_readable(meta)
         meta.write_id = 0
+        released = self._state.kv_cache_released_tenants
+        if released and meta.data_type in KV_CACHE_TYPES:
+            released.discard(meta.tenant)
         _commit_soft_pin(meta, now)
         if meta.soft_pin_deadline > now:
             self._state.note_soft_pin(meta.soft_pin_deadline)

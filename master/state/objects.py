@@ -7,6 +7,9 @@ and segment removal need without scanning every object:
 - ``processing``: objects with a write in flight, in put-start order (oldest first);
 - ``by_segment``: for each segment, the objects that have a replica in it.
 
+It also keeps each tenant's figures (objects, bytes held, bytes per segment) in
+:attr:`ObjectTable.tallies` (:mod:`.tenant_tally`), updated by the same four mutations.
+
 Thread-safety: none. The master service serializes every call under its lock.
 """
 
@@ -17,6 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mooncake_py.types import ReplicaStatus, SoftPinAction
+
+from .tenant_tally import TenantTallies
 
 ObjectId = tuple[str, str]
 """(tenant, key): the identity of an object."""
@@ -123,6 +128,8 @@ class ObjectTable:
         self._processing: dict[ObjectId, float] = {}
         self._by_segment: dict[str, dict[ObjectId, None]] = {}
         self._groups: dict[tuple[str, str], dict[ObjectId, None]] = {}
+        # Read-only outside this class: every change below keeps it exact.
+        self.tallies = TenantTallies()
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -153,6 +160,7 @@ class ObjectTable:
             self._groups.setdefault((meta.tenant, meta.group_id), {})[oid] = None
         for replica in meta.replicas:
             self._by_segment.setdefault(replica.segment_id, {})[oid] = None
+        self.tallies.on_inserted(meta)
         self._refresh_processing(meta)
 
     def erase(self, object_id: ObjectId) -> ObjectMetadata | None:
@@ -163,6 +171,7 @@ class ObjectTable:
         self._processing.pop(object_id, None)
         for replica in meta.replicas:
             self._unindex_segment(replica.segment_id, object_id)
+        self.tallies.on_erased(meta)
         if meta.group_id:
             group = self._groups[(meta.tenant, meta.group_id)]
             group.pop(object_id, None)
@@ -171,9 +180,20 @@ class ObjectTable:
         return meta
 
     def drop_replicas(self, meta: ObjectMetadata, doomed: list[Replica]) -> None:
-        """Remove ``doomed`` replicas from ``meta`` (the caller frees their memory)."""
+        """Remove ``doomed`` replicas from ``meta`` (the caller frees their memory); those no
+        longer on it are ignored. O(replicas)."""
         doomed_ids = {r.id for r in doomed}
-        meta.replicas = [r for r in meta.replicas if r.id not in doomed_ids]
+        before = meta.replicas
+        kept = meta.replicas = [r for r in before if r.id not in doomed_ids]
+        # Counted from the object's own records: a doomed replica already gone is no change.
+        if not kept:
+            dropped = before  # all of them: the usual case (removal, eviction, release)
+        elif len(kept) == len(before):
+            dropped = []
+        else:
+            dropped = [r for r in before if r.id in doomed_ids]
+        if dropped:
+            self.tallies.on_replicas_dropped(meta, dropped)
         kept_segments = {r.segment_id for r in meta.replicas}
         for replica in doomed:
             if replica.segment_id not in kept_segments:
@@ -187,6 +207,7 @@ class ObjectTable:
         meta.replicas.extend(replicas)
         for replica in replicas:
             self._by_segment.setdefault(replica.segment_id, {})[meta.object_id] = None
+        self.tallies.on_replicas_added(meta, replicas)
         self._refresh_processing(meta)
         if self._on_reweigh is not None:
             self._on_reweigh(meta)
@@ -268,3 +289,4 @@ class ObjectTable:
             raise AssertionError("group index disagrees with objects")
         if set(self._processing) != expected_processing:
             raise AssertionError("processing index disagrees with replica states")
+        self.tallies.check(self._objects.values())

@@ -18,6 +18,12 @@ last member drops the record from the registry, after which no object refers to 
 flag is a single attribute whose reads and writes are atomic; eviction slices and pin calls run
 under the same service lock, so a slice sees a pin either before or after it, never half.
 
+Per-tenant counts. The registry keeps, for every tenant with sessions, how many it has and
+how many of them are pinned (:meth:`SessionRegistry.tenant_counts`), and the store-wide pinned
+count (:meth:`SessionRegistry.pinned_count`), exact on every change: a session is created and
+dropped only here, and setting :attr:`KvSession.pinned` (whoever sets it) tells the registry
+that made it. Reading those counts is O(1).
+
 Complexity: attach O(keys · log members); pin/unpin/get O(1); member removal O(log members);
 list O(page · log members); update O(members · log members) in pages.
 """
@@ -48,6 +54,16 @@ class SessionLimits:
     max_batch: int = 4096
 
 
+class SessionCounts:
+    """One tenant's ``sessions`` and ``pinned`` sessions, kept by :class:`SessionRegistry`."""
+
+    __slots__ = ("sessions", "pinned")
+
+    def __init__(self) -> None:
+        self.sessions = 0
+        self.pinned = 0
+
+
 class KvSession:
     """One session: its members (keys, kept sorted for paging), its pin flag, and accounting.
 
@@ -59,7 +75,8 @@ class KvSession:
     __slots__ = (
         "tenant",
         "session_id",
-        "pinned",
+        "_pinned",
+        "_registry",
         "members",
         "created_at",
         "last_active_at",
@@ -71,7 +88,9 @@ class KvSession:
     def __init__(self, tenant: str, session_id: str, now: float) -> None:
         self.tenant = tenant
         self.session_id = session_id
-        self.pinned = False
+        self._pinned = False
+        # The registry that counts this session's pin; None once dropped (or never added).
+        self._registry: SessionRegistry | None = None
         self.members: SortedSet = SortedSet()
         self.created_at = now
         self.last_active_at = now
@@ -80,6 +99,21 @@ class KvSession:
         # Tagged writes admitted but not yet registered: while any is, the session outlives
         # losing its last member (the write's own eviction may take it) and keeps its pin.
         self.admitting = 0
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the session is pinned (its members are soft pinned). O(1)."""
+        return self._pinned
+
+    @pinned.setter
+    def pinned(self, pinned: bool) -> None:
+        """Pin or unpin; a session in a registry has its change counted there. O(1)."""
+        pinned = bool(pinned)
+        if pinned == self._pinned:
+            return
+        self._pinned = pinned
+        if self._registry is not None:
+            self._registry._count_pin(self, 1 if pinned else -1)
 
     def __repr__(self) -> str:
         return f"KvSession({self.tenant!r}, {self.session_id!r}, members={len(self.members)})"
@@ -119,7 +153,8 @@ def describe(session: KvSession) -> SessionInfo:
 def pinned_by_session(meta: ObjectMetadata) -> bool:
     """True when any session holding ``meta`` is pinned. O(references), no registry access."""
     sessions = meta.sessions
-    return sessions is not None and any(s.pinned for s in sessions)
+    # The flag itself rather than the property: eviction asks this of every candidate.
+    return sessions is not None and any(s._pinned for s in sessions)
 
 
 def valid_session_id(session_id: object) -> bool:
@@ -146,6 +181,9 @@ class SessionRegistry:
         # Session ids in order, for paged listings.
         self._order: SortedSet = SortedSet()
         self.memberships = 0
+        # Per tenant with sessions; entries go with a tenant's last session.
+        self._counts: dict[str, SessionCounts] = {}
+        self._pinned_total = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -225,11 +263,32 @@ class SessionRegistry:
     def _create(self, tenant: str, session_id: str, now: float) -> KvSession:
         session = self._sessions[(tenant, session_id)] = KvSession(tenant, session_id, now)
         self._order.add((tenant, session_id))
+        session._registry = self
+        counts = self._counts.get(tenant)
+        if counts is None:
+            counts = self._counts[tenant] = SessionCounts()
+        counts.sessions += 1
         return session
 
     def _drop(self, session: KvSession) -> None:
-        self._sessions.pop((session.tenant, session.session_id), None)
-        self._order.discard((session.tenant, session.session_id))
+        scoped = (session.tenant, session.session_id)
+        if self._sessions.get(scoped) is not session:
+            return  # dropped already
+        del self._sessions[scoped]
+        self._order.discard(scoped)
+        if session._pinned:
+            self._count_pin(session, -1)
+        # A reference kept past this point may still set the flag: it no longer counts here.
+        session._registry = None
+        counts = self._counts[session.tenant]
+        counts.sessions -= 1
+        if not counts.sessions:
+            del self._counts[session.tenant]
+
+    def _count_pin(self, session: KvSession, delta: int) -> None:
+        """``session`` (one of this registry's) was pinned (+1) or unpinned (-1). O(1)."""
+        self._counts[session.tenant].pinned += delta
+        self._pinned_total += delta
 
     def hold(self, tenant: str, session_ids: Iterable[str]) -> list[KvSession]:
         """Keep the existing sessions among ``session_ids`` alive during an admitted write."""
@@ -311,8 +370,18 @@ class SessionRegistry:
         return None if session is None else describe(session)
 
     def pinned_count(self) -> int:
-        """Sessions pinned now. O(sessions)."""
-        return sum(1 for s in self._sessions.values() if s.pinned)
+        """Sessions pinned now, in every tenant. O(1)."""
+        return self._pinned_total
+
+    def tenant_counts(self, tenant: str) -> tuple[int, int]:
+        """``(sessions, pinned sessions)`` of ``tenant``. O(1)."""
+        counts = self._counts.get(tenant)
+        return (0, 0) if counts is None else (counts.sessions, counts.pinned)
+
+    def tenants(self) -> list[tuple[str, int, int]]:
+        """``(tenant, sessions, pinned sessions)`` of every tenant with sessions.
+        O(tenants)."""
+        return [(tenant, c.sessions, c.pinned) for tenant, c in self._counts.items()]
 
     def sessions_after(self, tenant: str, cursor: str) -> Iterable[KvSession]:
         """The tenant's sessions with ids after ``cursor`` (exclusive), in id order."""
@@ -374,3 +443,19 @@ class SessionRegistry:
                 raise AssertionError(f"session {scoped!r} members disagree with objects")
         if len(self._sessions) > self.limits.max_sessions:
             raise AssertionError("more sessions than the limit")
+        self._check_counts()
+
+    def _check_counts(self) -> None:
+        """Recount the per-tenant and store-wide session counts. O(sessions)."""
+        recount: dict[str, list[int]] = {}
+        for record in self._sessions.values():
+            if record._registry is not self:
+                raise AssertionError(f"session {record!r} is not counted by its registry")
+            counts = recount.setdefault(record.tenant, [0, 0])
+            counts[0] += 1
+            counts[1] += record._pinned
+        kept = {tenant: [c.sessions, c.pinned] for tenant, c in self._counts.items()}
+        if kept != recount:
+            raise AssertionError(f"per-tenant session counts {kept} != recount {recount}")
+        if self._pinned_total != sum(pinned for _, pinned in recount.values()):
+            raise AssertionError("pinned session count disagrees with the sessions")

@@ -47,7 +47,18 @@ class PreemptedWrite:
 
 @dataclasses.dataclass(slots=True)
 class Counters:
-    """Monotonic event counts, for metrics and tests."""
+    """Monotonic event counts, for metrics and tests.
+
+    Every dataclass field is an ``int`` that only grows (``dataclasses.asdict`` of the counters
+    is part of ``MasterService.stats()``). Per release kind (``session``: release_kv_session,
+    ``stale``: release_stale_kv_sessions, ``all``: release_all_kv_sessions, ``kv_cache``:
+    release_kv_cache) there are ``<kind>_releases`` (calls answered OK),
+    ``<kind>_released_objects`` and ``<kind>_released_bytes`` (the allocators' freed bytes);
+    over the kinds they add up to ``released_objects`` / ``released_bytes``. ``get_hits`` and
+    ``get_misses`` count GetReplicaList keys answered OK and OBJECT_NOT_FOUND.
+
+    Thread-safety: none; changed and read under the service lock.
+    """
 
     evicted_objects: int = 0
     evicted_bytes: int = 0
@@ -59,6 +70,20 @@ class Counters:
     released_bytes: int = 0
     replicated_objects: int = 0
     replicated_bytes: int = 0
+    session_releases: int = 0
+    session_released_objects: int = 0
+    session_released_bytes: int = 0
+    stale_releases: int = 0
+    stale_released_objects: int = 0
+    stale_released_bytes: int = 0
+    all_releases: int = 0
+    all_released_objects: int = 0
+    all_released_bytes: int = 0
+    kv_cache_releases: int = 0
+    kv_cache_released_objects: int = 0
+    kv_cache_released_bytes: int = 0
+    get_hits: int = 0
+    get_misses: int = 0
 
 
 _GONE_SEGMENT = SegmentInfo(id="", name="", base=1, size=1, te_endpoint="")
@@ -130,6 +155,10 @@ class StoreState:
         self.tasks = TaskTable()
         self._preempted_deadlines: list[tuple[float, int]] = []
         self.counters = Counters()
+        # Tenants whose KV cache a release_kv_cache released (it removed at least one of their
+        # objects) and that have committed no KV-cache write since; the write path looks it
+        # up only when it is not empty.
+        self.kv_cache_released_tenants: set[str] = set()
         self.lease_ttl_s = config.default_kv_lease_ttl / 1000.0
         # A grant for an unshared segment lasts at least as long as what it serves may: a read
         # lease, a write's reservation (ranged sessions keep their descriptors that long). In a
@@ -442,7 +471,9 @@ class StoreState:
     # -- invariants ------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Verify every part against the others. O(state).
+        """Verify every part against the others. O(state). The object table's and the session
+        registry's own checks recount the per-tenant figures (objects, bytes, bytes per
+        segment, sessions, pinned sessions) from scratch.
 
         Raises:
             AssertionError: state is inconsistent.
