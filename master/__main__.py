@@ -14,8 +14,12 @@ from .server import MasterServer
 
 async def _serve(server: MasterServer) -> None:
     port = await server.start()
-    # Printed (and flushed) so scripts that pass --port 0 can read the chosen port.
-    print(f"mooncake-py master listening on {server.config.rpc_address}:{port}", flush=True)
+    # Printed (and flushed) so scripts that pass --port 0 (or --metrics_port 0) can read the
+    # chosen ports: "... listening on HOST:PORT", then " http on port N" when HTTP is served.
+    line = f"mooncake-py master listening on {server.config.rpc_address}:{port}"
+    if server.metrics_port:
+        line += f" http on port {server.metrics_port}"
+    print(line, flush=True)
     if server.fast_port:
         logging.getLogger(__name__).info("stream channel on port %d", server.fast_port)
     stop = asyncio.Event()

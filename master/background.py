@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .clock import monotonic_clock
 from .service.facade import MasterService
@@ -88,13 +88,18 @@ class BackgroundLoops:
     Args:
         service: the service whose steps to run.
         clock: the same clock the service uses.
+        extra_steps: further ``(interval seconds, step(now))`` timers (the occupancy sampler).
     """
 
     def __init__(
-        self, service: MasterService, clock: Callable[[], float] = monotonic_clock
+        self,
+        service: MasterService,
+        clock: Callable[[], float] = monotonic_clock,
+        extra_steps: Sequence[tuple[float, Callable[[float], object]]] = (),
     ) -> None:
         self._service = service
         self._clock = clock
+        self._extra_steps = list(extra_steps)
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -103,6 +108,7 @@ class BackgroundLoops:
             (REAP_INTERVAL_S, self._reap),
             (SWEEP_INTERVAL_S, self._service.sweep_expired_puts),
             (GC_FREEZE_INTERVAL_S, freeze_survivors),
+            *self._extra_steps,
         ]
         self._tasks = [asyncio.create_task(run_every(i, s, self._clock)) for i, s in steps]
         self._tasks.append(asyncio.create_task(evict_forever(self._service, self._clock)))

@@ -194,8 +194,16 @@ class MasterConfig:
     metrics_port: int = _opt(
         9003,
         "int",
-        "HTTP port of /metrics, /health and upstream's admin paths; 0 picks one, -1 disables.",
+        "HTTP port of /metrics, /health, upstream's admin paths, the memory API (/v1/memory/...) "
+        "and the dashboard (/); 0 picks one, -1 disables.",
         InRange(-1, 65535),
+    )
+    occupancy_sample_sec: float = _opt(
+        5.0,
+        "seconds",
+        "How often the store's occupancy is sampled for the dashboard's history "
+        "(the last 720 samples are kept).",
+        Positive(),
     )
     fast_rpc_port: int = _opt(
         0,

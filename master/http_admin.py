@@ -69,16 +69,32 @@ run on many HTTP threads at once (every state access takes the service lock as d
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_plus
 
 from mooncake_py import __version__
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import valid_tenant_id
 from mooncake_py.units import ConfigError, parse_bool
 
+from .http_common import (
+    JSON,
+    PLAIN,
+    TEXT,
+    BadRequest,
+    Reply,
+    Request,
+    Route,
+    decode_query_value,
+    error_reply,
+    parse_query,
+    simple_error,
+)
+from .http_common import json_reply as _json
+from .http_common import text_reply as _text
+from .http_memory import MemoryApi
+from .http_static import StaticFiles
+from .occupancy import OccupancyHistory
 from .service.admin_queries import AdminQueries, BufferDescriptor, Description
 from .service.context import DEFAULT_TENANT
 from .service.facade import SERVICE_VERSION, MasterService
@@ -88,104 +104,11 @@ from .transport.auth import Denial, TokenAuthority
 if TYPE_CHECKING:
     from .metrics import RpcCounters
 
-JSON = "application/json; charset=utf-8"
-TEXT = "text/plain; version=0.0.4; charset=utf-8"
-PLAIN = "text/plain; charset=utf-8"
+__all__ = ["JSON", "PLAIN", "TEXT", "AdminApi", "Reply", "error_reply", "simple_error"]
 
 ROLE = "leader"
 HA_STATE = "serving"
 """Upstream's role and state strings for a serving master (``MasterRuntimeState::kServing``)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Reply:
-    """One HTTP answer.
-
-    Attributes:
-        status: the HTTP status code.
-        content_type: the ``Content-Type`` header.
-        body: the whole body, or an iterator of its parts (streamed: no ``Content-Length``).
-        headers: extra headers.
-    """
-
-    status: int
-    content_type: str
-    body: bytes | Iterator[bytes]
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-class _BadRequest(Exception):
-    def __init__(self, reply: Reply) -> None:
-        super().__init__(reply.status)
-        self.reply = reply
-
-
-def _json(status: int, payload: Any) -> Reply:
-    return Reply(status, JSON, json.dumps(payload, separators=(",", ":")).encode())
-
-
-def error_reply(status: int, code: ErrorCode, message: str = "") -> Reply:
-    """Upstream's ``{"success":false,"error_code":N,"error_message":...}`` (the code's name
-    when no message is given)."""
-    body = {"success": False, "error_code": int(code), "error_message": message or code.name}
-    return _json(status, body)
-
-
-def simple_error(status: int, message: str) -> Reply:
-    """Upstream's ``{"success":false,"error":...}``."""
-    return _json(status, {"success": False, "error": message})
-
-
-def _text(status: int, text: str, content_type: str = TEXT) -> Reply:
-    return Reply(status, content_type, text.encode("utf-8", "backslashreplace"))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Request:
-    query: tuple[tuple[str, str], ...]  # (decoded name, raw value), in order
-    tenant: str  # the effective tenant of key queries
-    token_tenant: str | None  # the token's tenant when tokens are required
-    segment_scope: str | None  # whose segments it sees: None for every segment
-
-    def raw(self, name: str) -> str | None:
-        """The first raw (still percent-encoded) value of ``name``, or None."""
-        for key, value in self.query:
-            if key == name:
-                return value
-        return None
-
-    def param(self, name: str) -> str | None:
-        """The first value of ``name``, percent-decoded as UTF-8, or None when absent.
-
-        Raises:
-            _BadRequest: the decoded bytes are not UTF-8 (400).
-        """
-        value = self.raw(name)
-        return None if value is None else _decode(name, value)
-
-
-def _decode(name: str, raw: str) -> str:
-    try:
-        return unquote_plus(raw, encoding="utf-8", errors="strict")
-    except UnicodeDecodeError:
-        message = f"query parameter {name!r} is not valid UTF-8"
-        raise _BadRequest(error_reply(400, ErrorCode.INVALID_PARAMS, message)) from None
-
-
-def _parse_query(query: str) -> tuple[tuple[str, str], ...]:
-    pairs: list[tuple[str, str]] = []
-    for part in query.split("&"):
-        if part:
-            name, _, value = part.partition("=")
-            pairs.append((_decode("name", name), value))
-    return tuple(pairs)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Route:
-    method: str
-    handler: Callable[[_Request], Reply]
-    guarded: bool  # needs a token when the master requires tokens
 
 
 class AdminApi:
@@ -196,6 +119,7 @@ class AdminApi:
         rpcs: per-RPC counters (for ``/metrics/summary``; remove-all counts as ``RemoveAll``).
         metrics_text: renders ``/metrics``.
         authority: the master's tokens, or None when it requires none.
+        occupancy: the sampled occupancy history for the memory API's stats (None: none).
     """
 
     def __init__(
@@ -204,6 +128,7 @@ class AdminApi:
         rpcs: RpcCounters,
         metrics_text: Callable[[], bytes],
         authority: TokenAuthority | None,
+        occupancy: OccupancyHistory | None = None,
     ) -> None:
         self._service = service
         self._rpcs = rpcs
@@ -213,37 +138,50 @@ class AdminApi:
         self._max_batch = service.config.max_batch_keys
         self.queries = AdminQueries(service.context)
         get, post = "GET", "POST"
-        self._routes: dict[str, _Route] = {
-            "/metrics": _Route(get, lambda _: Reply(200, TEXT, metrics_text()), False),
-            "/metrics/summary": _Route(get, self._summary, False),
-            "/health": _Route(get, self._health, False),
-            "/role": _Route(get, lambda _: _text(200, ROLE, PLAIN), False),
-            "/ha_status": _Route(get, lambda _: _text(200, HA_STATE, PLAIN), False),
-            "/leader": _Route(get, lambda _: _json(200, {"present": False}), False),
-            "/version": _Route(get, self._version, False),
-            "/get_all_keys": _Route(get, self._all_keys, True),
-            "/query_key": _Route(get, self._query_key, True),
-            "/batch_query_keys": _Route(get, self._batch_query_keys, True),
-            "/get_all_segments": _Route(get, self._all_segments, True),
-            "/get_segments_detail": _Route(get, self._segments_detail, True),
-            "/query_segment": _Route(get, self._query_segment, True),
-            "/api/v1/segments/status": _Route(get, self._segment_status, True),
-            "/api/v1/remove_all": _Route(post, self._remove_all, True),
+        self._routes: dict[str, Route] = {
+            "/metrics": Route(get, lambda _: Reply(200, TEXT, metrics_text()), False),
+            "/metrics/summary": Route(get, self._summary, False),
+            "/health": Route(get, self._health, False),
+            "/role": Route(get, lambda _: _text(200, ROLE, PLAIN), False),
+            "/ha_status": Route(get, lambda _: _text(200, HA_STATE, PLAIN), False),
+            "/leader": Route(get, lambda _: _json(200, {"present": False}), False),
+            "/version": Route(get, self._version, False),
+            "/get_all_keys": Route(get, self._all_keys, True),
+            "/query_key": Route(get, self._query_key, True),
+            "/batch_query_keys": Route(get, self._batch_query_keys, True),
+            "/get_all_segments": Route(get, self._all_segments, True),
+            "/get_segments_detail": Route(get, self._segments_detail, True),
+            "/query_segment": Route(get, self._query_segment, True),
+            "/api/v1/segments/status": Route(get, self._segment_status, True),
+            "/api/v1/remove_all": Route(post, self._remove_all, True),
         }
+        # The memory API (/v1/memory/...), the dashboard's files and /openapi.json.
+        self.memory = MemoryApi(service, occupancy)
+        self._routes.update(self.memory.routes)
+        self._routes.update(StaticFiles().routes)
 
-    def handle(self, method: str, target: str, authorization: str | None) -> Reply:
+    def handle(
+        self,
+        method: str,
+        target: str,
+        authorization: str | None,
+        body: bytes = b"",
+        content_type: str | None = None,
+    ) -> Reply:
         """Answer one request.
 
         Args:
             method: the HTTP method.
             target: the request target (path and query string).
             authorization: the ``Authorization`` header, if any.
+            body: the request body (the memory API's POST paths read JSON from it).
+            content_type: the ``Content-Type`` header, if any.
 
         Returns:
-            The reply; never raises for bad input (400, 401, 403, 404, 405 replies).
+            The reply; never raises for bad input (400, 401, 403, 404, 405, 415 replies).
 
-        Complexity: that of the path's query (see the module docstring); remove-all runs
-        every slice before it returns.
+        Complexity: that of the path's query (see the module docstring and
+        :mod:`.http_memory`); remove-all and the releases run every slice before they return.
         """
         path, _, query = target.partition("?")
         route = self._routes.get(path)
@@ -254,31 +192,39 @@ class AdminApi:
             return dataclasses.replace(reply, headers=(("Allow", route.method),))
         token_tenant = None
         segment_scope = None
+        admin = True
         if route.guarded and self._authority is not None:
             principal = self._authority.principal_of_header(authorization)
             if principal is None:
                 reply = simple_error(401, Denial.UNAUTHENTICATED.value)
                 return dataclasses.replace(reply, headers=(("WWW-Authenticate", "Bearer"),))
             token_tenant = principal.tenant
-            segment_scope = None if principal.admin else principal.tenant
+            admin = principal.admin
+            segment_scope = None if admin else principal.tenant
         try:
-            request = _Request(
-                _parse_query(query), token_tenant or DEFAULT_TENANT, token_tenant, segment_scope
+            request = Request(
+                parse_query(query),
+                token_tenant or DEFAULT_TENANT,
+                token_tenant,
+                segment_scope,
+                admin,
+                body,
+                content_type,
             )
             return route.handler(request)
-        except _BadRequest as bad:
+        except BadRequest as bad:
             return bad.reply
 
     # -- probes ------------------------------------------------------------------------------
 
-    def _health(self, _: _Request) -> Reply:
+    def _health(self, _: Request) -> Reply:
         body = {"status": "ok", "role": ROLE, "ha_state": HA_STATE, "service_ready": True}
         return _json(200, body)
 
-    def _version(self, _: _Request) -> Reply:
+    def _version(self, _: Request) -> Reply:
         return _json(200, {"version": SERVICE_VERSION, "display_version": __version__})
 
-    def _summary(self, _: _Request) -> Reply:
+    def _summary(self, _: Request) -> Reply:
         line = f"role={ROLE}, state={HA_STATE}, service_ready=true, master={{{self._master()}}}"
         return _text(200, line + ", ha={}")
 
@@ -319,11 +265,11 @@ class AdminApi:
 
     # -- keys --------------------------------------------------------------------------------
 
-    def _all_keys(self, request: _Request) -> Reply:
+    def _all_keys(self, request: Request) -> Reply:
         chunks = self.queries.key_chunks(request.tenant)  # the snapshot is taken here
         return Reply(200, TEXT, _key_lines(chunks))
 
-    def _query_key(self, request: _Request) -> Reply:
+    def _query_key(self, request: Request) -> Reply:
         key = request.param("key")
         if not key:
             return error_reply(400, ErrorCode.INVALID_PARAMS, "Missing key query parameter")
@@ -333,9 +279,9 @@ class AdminApi:
             return error_reply(400 if found.code == ErrorCode.INVALID_PARAMS else 404, found.code)
         return _json(200, {"success": True, "data": [_descriptor(d) for d in found.replicas]})
 
-    def _batch_query_keys(self, request: _Request) -> Reply:
+    def _batch_query_keys(self, request: Request) -> Reply:
         raw = request.raw("keys")
-        keys = [_decode("keys", part) for part in raw.split(",")] if raw else []
+        keys = [decode_query_value("keys", part) for part in raw.split(",")] if raw else []
         if not keys:
             return simple_error(400, "No keys provided. Use ?keys=key1,key2,...")
         if len(keys) > self._max_batch:
@@ -349,11 +295,11 @@ class AdminApi:
 
     # -- segments ----------------------------------------------------------------------------
 
-    def _all_segments(self, request: _Request) -> Reply:
+    def _all_segments(self, request: Request) -> Reply:
         names = self.queries.segment_names(request.segment_scope)
         return _text(200, "".join(f"{name}\n" for name in names))
 
-    def _segments_detail(self, request: _Request) -> Reply:
+    def _segments_detail(self, request: Request) -> Reply:
         details = self.queries.segments(request.segment_scope)
         segments = [
             {
@@ -376,7 +322,7 @@ class AdminApi:
         ]
         return _json(200, {"total_segments": len(segments), "segments": segments})
 
-    def _query_segment(self, request: _Request) -> Reply:
+    def _query_segment(self, request: Request) -> Reply:
         name = request.param("segment")
         if not name:
             return _text(400, "Missing segment query parameter\n")
@@ -386,7 +332,7 @@ class AdminApi:
         used, capacity = usage
         return _text(200, f"{name}\nUsed(bytes): {used}\nCapacity(bytes) : {capacity}\n")
 
-    def _segment_status(self, request: _Request) -> Reply:
+    def _segment_status(self, request: Request) -> Reply:
         name = request.param("segment")
         if not name:
             return error_reply(400, ErrorCode.INVALID_PARAMS, "Missing segment query parameter")
@@ -405,7 +351,7 @@ class AdminApi:
 
     # -- removal -----------------------------------------------------------------------------
 
-    def _remove_all(self, request: _Request) -> Reply:
+    def _remove_all(self, request: Request) -> Reply:
         force_text = request.param("force")
         try:
             force = parse_bool(force_text, "force") if force_text else False

@@ -30,7 +30,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .http_admin import TEXT, AdminApi, Reply
+from .occupancy import OccupancyHistory
 from .service.facade import MasterService
+from .service.release import AWAKE, KV_CACHE_RELEASED, RELEASE_KINDS, SLEEP_STATES
 from .transport.auth import TokenAuthority
 
 CONTENT_TYPE = TEXT
@@ -131,10 +133,59 @@ _STATS_METRICS = {
         "Bytes written into other segments by replica tasks.",
         "counter",
     ),
+    "get_hits": (
+        "master_get_hits",
+        "GetReplicaList keys found readable (each key of a batch counts).",
+        "counter",
+    ),
+    "get_misses": (
+        "master_get_misses",
+        "GetReplicaList keys answered OBJECT_NOT_FOUND (each key of a batch counts).",
+        "counter",
+    ),
+}
+
+# stats() key suffix -> (metric name, help) of the counters labelled by release kind; kind k
+# reads stats()[f"{k}_{suffix}"].
+_RELEASE_METRICS = {
+    "releases": ("master_releases", "Release calls answered OK, by kind."),
+    "released_objects": (
+        "master_released_key_count_by_kind",
+        "Objects removed by releases, by kind.",
+    ),
+    "released_bytes": ("master_released_bytes_by_kind", "Bytes freed by releases, by kind."),
+}
+
+# tenant_figures() key -> (metric name, help) of the gauges labelled by tenant.
+_TENANT_METRICS = {
+    "objects": ("master_tenant_objects", "Objects stored, per tenant."),
+    "bytes": (
+        "master_tenant_bytes",
+        "Bytes the tenant's objects hold (size x replicas, in flight or written), per tenant.",
+    ),
+    "sessions": ("master_tenant_kv_sessions", "Active KV sessions, per tenant."),
+    "pinned_sessions": ("master_tenant_kv_pinned_sessions", "Pinned KV sessions, per tenant."),
 }
 
 
 class _StoreCollector(Collector):
+    """Every metric of the store, read from the service when scraped.
+
+    Besides the store-wide families (:data:`_STATS_METRICS`) and the per-RPC counters:
+
+    - ``master_releases_total``, ``master_released_key_count_by_kind_total``,
+      ``master_released_bytes_by_kind_total`` with label ``kind`` (``session``, ``stale``,
+      ``all``, ``kv_cache``), always all four kinds.
+    - ``master_kv_cache_sleep_state{tenant, sleep_state}``: 1 for the tenant's current state
+      (``awake`` or ``kv_cache_released``), 0 for the other, and the ``master_tenant_*``
+      gauges (:data:`_TENANT_METRICS`), for every tenant with objects or sessions or in the
+      ``kv_cache_released`` state (0 for what it has not). ``tenant`` is the tenant the master
+      resolved: without multi-tenancy, or for an empty id, ``default``.
+
+    Each part is read under one hold of the service lock, so families read apart can be one
+    call apart from each other. Cost per scrape: O(segments + tenants + RPCs).
+    """
+
     def __init__(self, service: MasterService, rpcs: RpcCounters) -> None:
         self._service = service
         self._rpcs = rpcs
@@ -144,6 +195,12 @@ class _StoreCollector(Collector):
         for key, (name, doc, kind) in _STATS_METRICS.items():
             family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
             yield family(name, doc, value=stats.get(key, 0))
+        for suffix, (name, doc) in _RELEASE_METRICS.items():
+            by_kind = CounterMetricFamily(name, doc, labels=["kind"])
+            for release_kind in RELEASE_KINDS:
+                by_kind.add_metric([release_kind], stats.get(f"{release_kind}_{suffix}", 0))
+            yield by_kind
+        yield from self._tenant_families()
         for rpc, count in sorted(dict(self._rpcs.requests).items()):
             op = snake_case(rpc)
             yield CounterMetricFamily(f"master_{op}_requests", f"{rpc} calls.", value=count)
@@ -151,6 +208,27 @@ class _StoreCollector(Collector):
             yield CounterMetricFamily(
                 f"master_{op}_failures", f"{rpc} calls that failed.", value=failed
             )
+
+    def _tenant_families(self) -> Iterator[Metric]:
+        figures = self._service.tenant_figures()
+        released = set(self._service.releases.kv_cache_released_tenants())
+        tenants = sorted(figures.keys() | released)
+        sleep = GaugeMetricFamily(
+            "master_kv_cache_sleep_state",
+            "KV-cache sleep state per tenant: 1 for the current one (kv_cache_released from a "
+            "release_kv_cache that removed objects until the next KV-cache write commits).",
+            labels=["tenant", "sleep_state"],
+        )
+        for tenant in tenants:
+            current = KV_CACHE_RELEASED if tenant in released else AWAKE
+            for state in SLEEP_STATES:
+                sleep.add_metric([tenant, state], 1 if state == current else 0)
+        yield sleep
+        for key, (name, doc) in _TENANT_METRICS.items():
+            per_tenant = GaugeMetricFamily(name, doc, labels=["tenant"])
+            for tenant in tenants:
+                per_tenant.add_metric([tenant], figures.get(tenant, {}).get(key, 0))
+            yield per_tenant
 
 
 class _MetricsHTTPServer(ThreadingHTTPServer):
@@ -216,8 +294,9 @@ REQUEST_TIMEOUT_S = 30.0
 dropped, so a stalled client cannot keep a serving thread forever."""
 
 MAX_REQUEST_BODY = 1 << 20
-"""Largest request body accepted (no path reads one; it is read and discarded so that closing
-the connection does not reset it under the client before it reads the answer)."""
+"""Largest request body accepted (the memory API's JSON bodies are a few hundred bytes; a path
+that takes none reads and ignores it, so that closing the connection does not reset it under
+the client before it reads the answer)."""
 
 
 class MetricsServer:
@@ -238,6 +317,7 @@ class MetricsServer:
         tls_context: serve HTTPS only (:func:`mooncake_py.tls.server_context`); a plaintext
             request gets no answer (its connection is closed when the handshake fails). None
             serves HTTP.
+        occupancy: the occupancy history the memory API's stats return (None: none).
 
     Raises:
         ConfigError: the tokens file cannot be read.
@@ -252,13 +332,14 @@ class MetricsServer:
         port: int,
         authority: TokenAuthority | None = None,
         tls_context: ssl.SSLContext | None = None,
+        occupancy: OccupancyHistory | None = None,
     ) -> None:
         registry = CollectorRegistry()
         registry.register(_StoreCollector(service, rpcs))
         tokens_file = service.config.auth_tokens_file
         if authority is None and tokens_file:
             authority = TokenAuthority.from_file(tokens_file)
-        api = AdminApi(service, rpcs, lambda: generate_latest(registry), authority)
+        api = AdminApi(service, rpcs, lambda: generate_latest(registry), authority, occupancy)
         self.api = api
 
         class Handler(BaseHTTPRequestHandler):
@@ -282,6 +363,13 @@ class MetricsServer:
             def do_HEAD(self) -> None:  # noqa: N802
                 self._serve("HEAD")
 
+            def __getattr__(self, name: str) -> Any:
+                # Every other method (OPTIONS, TRACE, ...) is answered like these: 404 or 405
+                # with Allow, not http.server's 501. No CORS preflight is ever granted.
+                if name.startswith("do_"):
+                    return lambda: self._serve(name[3:])
+                raise AttributeError(name)
+
             def _serve(self, method: str) -> None:
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
@@ -293,10 +381,15 @@ class MetricsServer:
                 if length > MAX_REQUEST_BODY:
                     self._send(Reply(413, "text/plain", b"request body too large\n"), method)
                     return
-                if length:
-                    self.rfile.read(length)
+                body = self.rfile.read(length) if length else b""
                 try:
-                    reply = api.handle(method, self.path, self.headers.get("Authorization"))
+                    reply = api.handle(
+                        method,
+                        self.path,
+                        self.headers.get("Authorization"),
+                        body,
+                        self.headers.get("Content-Type"),
+                    )
                 except Exception:  # a bug must not kill the port: answer 500 and say why
                     log.exception("admin path %s failed", self.path.split("?")[0])
                     reply = Reply(500, "text/plain", b"internal error\n")

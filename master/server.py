@@ -19,6 +19,7 @@ from .background import BackgroundLoops
 from .clock import monotonic_clock
 from .config import MasterConfig
 from .metrics import MetricsServer, RpcCounters
+from .occupancy import OccupancyHistory
 from .service.facade import MasterService
 from .transport.auth import TokenAuthority
 from .transport.grpc_transport import TokenGate, add_to_server
@@ -61,7 +62,17 @@ class MasterServer:
         self._metrics: MetricsServer | None = None
         self._server: grpc.aio.Server | None = None
         self._channel: StreamChannel | None = None
-        self._loops = BackgroundLoops(self.service, clock) if background else None
+        # The dashboard's occupancy history: sampled by a timer, read by the memory API.
+        self.occupancy = OccupancyHistory(self.service.stats)
+        self._loops = (
+            BackgroundLoops(
+                self.service,
+                clock,
+                extra_steps=[(config.occupancy_sample_sec, self.occupancy.sample)],
+            )
+            if background
+            else None
+        )
         # Read at construction so a bad tokens file fails the start with a clear message.
         authority = (
             TokenAuthority.from_file(config.auth_tokens_file) if config.auth_tokens_file else None
@@ -134,6 +145,7 @@ class MasterServer:
                 self.config.metrics_port,
                 authority=self._authority,
                 tls_context=self._tls_context,
+                occupancy=self.occupancy,
             )
             self.metrics_port = self._metrics.port
         if self.config.fast_rpc_port >= 0:
@@ -149,6 +161,7 @@ class MasterServer:
             self.fast_port = self._channel.port
             self._pipeline.fast_port = self.fast_port
         if self._loops is not None:
+            self.occupancy.sample()  # the history starts with the first moment served
             self._loops.start()
         log.info(
             "master listening on %s:%d (%s)",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,6 +64,12 @@ class InProcessMaster:
         """The service state of this master."""
         return self._server.service
 
+    @property
+    def metrics_port(self) -> int:
+        """The HTTP port (metrics, admin paths, memory API, dashboard); 0 until started or
+        when disabled."""
+        return self._server.metrics_port
+
     def wait_for_leases_to_end(
         self, keys: Iterable[str], tenant: str = "default", timeout_s: float = 10.0
     ) -> None:
@@ -111,6 +118,11 @@ class MasterProcess:
     Args:
         args: extra command-line flags for the master.
         env: extra environment variables.
+
+    Attributes:
+        address: ``127.0.0.1:<gRPC port>`` once started.
+        metrics_port: the HTTP port (metrics, memory API, dashboard) once started; 0 when
+            disabled.
     """
 
     def __init__(self, args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
@@ -118,6 +130,7 @@ class MasterProcess:
         self._env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[str] | None = None
         self.address = ""
+        self.metrics_port = 0
 
     def start(self, timeout_s: float = 30.0) -> MasterProcess:
         """Launch and wait for the "listening on" line; returns self.
@@ -136,7 +149,12 @@ class MasterProcess:
         if "listening on" not in line:
             self.stop()
             raise RuntimeError(f"master did not start: {line!r}")
-        self.address = "127.0.0.1:" + line.rsplit(":", 1)[1].strip()
+        found = re.search(r"listening on \S+:(\d+)(?: http on port (\d+))?", line)
+        if found is None:
+            self.stop()
+            raise RuntimeError(f"master did not report its port: {line!r}")
+        self.address = f"127.0.0.1:{found.group(1)}"
+        self.metrics_port = int(found.group(2) or 0)
         return self
 
     @property

@@ -33,7 +33,7 @@ BIG = 100_000
 
 
 def _port(master: InProcessMaster) -> int:
-    return master._server.metrics_port  # noqa: SLF001 - the bound port
+    return master.metrics_port
 
 
 def _call(

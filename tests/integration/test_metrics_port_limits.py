@@ -36,7 +36,7 @@ def _health(port: int) -> bytes:
 
 
 def test_idle_connections_cannot_take_more_than_their_slots(master: InProcessMaster) -> None:
-    port = master._server.metrics_port  # noqa: SLF001 - the bound port
+    port = master.metrics_port
     assert _health(port).startswith(b"HTTP/1.0 200")
     idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(SLOTS)]
     try:

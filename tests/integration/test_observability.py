@@ -28,7 +28,7 @@ def _scrape(port: int) -> dict[str, float]:
 
 
 def test_metrics_follow_the_store(master: InProcessMaster, make_store) -> None:  # type: ignore[no-untyped-def]
-    port = master._server.metrics_port  # noqa: SLF001 - the bound port
+    port = master.metrics_port
     store = make_store(master.address, 8 << 20)
     assert (
         store.put_batch(
@@ -56,7 +56,7 @@ def test_metrics_follow_the_store(master: InProcessMaster, make_store) -> None: 
 def test_get_all_segments_lists_each_mounted_segment_name(
     master: InProcessMaster, make_store
 ) -> None:  # type: ignore[no-untyped-def]
-    port = master._server.metrics_port  # noqa: SLF001 - the bound port
+    port = master.metrics_port
     url = f"http://127.0.0.1:{port}/get_all_segments"
     with urllib.request.urlopen(url, timeout=5) as reply:
         assert reply.status == 200 and reply.read() == b""
@@ -85,7 +85,7 @@ def test_grpc_health_and_reflection(master: InProcessMaster) -> None:
 
 def test_metrics_endpoint_serves_concurrent_scrapes_and_closes_with_the_master() -> None:
     master = InProcessMaster().start()
-    port = master._server.metrics_port  # noqa: SLF001 - the bound port
+    port = master.metrics_port
     try:
         with ThreadPoolExecutor(max_workers=8) as pool:
             scrapes = list(pool.map(lambda _: _scrape(port), range(16)))

@@ -130,7 +130,7 @@ _LOOKUPS_AND_WRITES = re.compile(
 
 def _lookup_and_write_calls(master: InProcessMaster) -> int:
     """GetReplicaList / PutStart / PutEnd / PutRevoke calls the master served, in any form."""
-    port = master._server.metrics_port  # noqa: SLF001 - the bound port
+    port = master.metrics_port
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
     return int(

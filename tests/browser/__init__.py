@@ -1,0 +1,1 @@
+"""The dashboard in headless Chromium against a real master and real client processes."""
