@@ -144,13 +144,19 @@ class KvSessionCalls(ClientPart):
         raise_for(code)
         return KvSessionListing(infos, next_cursor)
 
-    def release_kv_session(self, session_id: str) -> ReleaseResult:
+    def release_kv_session(self, session_id: str, all_pages: bool = False) -> ReleaseResult:
         """Close the session and remove its members that nothing else needs (not shared with
-        another session, not hard pinned, not leased, not being written). An unknown session
-        releases nothing and says so in ``message``."""
+        another session, not hard pinned, not being written). An unknown session releases
+        nothing and says so in ``message``.
+
+        Args:
+            session_id: the session.
+            all_pages: also remove the members other sessions share (they leave those
+                sessions too); hard-pinned members and writes in flight still stay.
+        """
         core = self._joined()
         _check_session_id(session_id)
-        code, result = core.master.release_kv_session(core.tenant, session_id)
+        code, result = core.master.release_kv_session(core.tenant, session_id, all_pages)
         raise_for(code, key=session_id)
         return result
 

@@ -353,9 +353,9 @@ class AsyncClient(Offloader):
         """Coroutine of :meth:`~mooncake_py.Client.list_kv_sessions`."""
         return await self._run(self._client.list_kv_sessions, cursor, limit, pinned, min_idle_ms)
 
-    async def release_kv_session(self, session_id: str) -> ReleaseResult:
+    async def release_kv_session(self, session_id: str, all_pages: bool = False) -> ReleaseResult:
         """Coroutine of :meth:`~mooncake_py.Client.release_kv_session`."""
-        return await self._run(self._client.release_kv_session, session_id)
+        return await self._run(self._client.release_kv_session, session_id, all_pages)
 
     async def release_stale_kv_sessions(
         self, max_idle_ms: int, include_pinned: bool = False

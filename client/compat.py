@@ -573,9 +573,10 @@ class _DropInStore:
         listing = self._session_client().list_kv_sessions(cursor, limit, pinned, min_idle_ms)
         return listing.sessions, listing.next_cursor
 
-    def release_kv_session(self, session_id: str) -> ReleaseResult:
-        """Close the session and remove its members that nothing else needs."""
-        return self._session_client().release_kv_session(session_id)
+    def release_kv_session(self, session_id: str, all_pages: bool = False) -> ReleaseResult:
+        """Close the session and remove its members that nothing else needs (with
+        ``all_pages``, those other sessions share too)."""
+        return self._session_client().release_kv_session(session_id, all_pages)
 
     def release_stale_kv_sessions(
         self, max_idle_ms: int, include_pinned: bool = False

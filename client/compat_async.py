@@ -302,9 +302,9 @@ class AsyncMooncakeStore(
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.list_kv_sessions`."""
         return await self._run(self.store.list_kv_sessions, cursor, limit, pinned, min_idle_ms)
 
-    async def release_kv_session(self, session_id: str) -> ReleaseResult:
+    async def release_kv_session(self, session_id: str, all_pages: bool = False) -> ReleaseResult:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.release_kv_session`."""
-        return await self._run(self.store.release_kv_session, session_id)
+        return await self._run(self.store.release_kv_session, session_id, all_pages)
 
     async def release_stale_kv_sessions(
         self, max_idle_ms: int, include_pinned: bool = False

@@ -483,9 +483,11 @@ class MasterClient:
         rpc = RPCS[method]
         return rpc.result.decode(self._send(rpc, request))
 
-    def release_kv_session(self, tenant: str, session_id: str) -> tuple[int, ReleaseResult]:
+    def release_kv_session(
+        self, tenant: str, session_id: str, all_pages: bool = False
+    ) -> tuple[int, ReleaseResult]:
         """ReleaseKvSession."""
-        return self.call("ReleaseKvSession", tenant, session_id)
+        return self.call("ReleaseKvSession", tenant, session_id, all_pages)
 
     def release_stale_kv_sessions(
         self, tenant: str, max_idle_ms: int, include_pinned: bool

@@ -356,6 +356,16 @@ class KvSessionRequest(_message.Message):
     tenant_id: str
     def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
+class ReleaseKvSessionRequest(_message.Message):
+    __slots__ = ("session_id", "tenant_id", "all_pages")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ALL_PAGES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tenant_id: str
+    all_pages: bool
+    def __init__(self, session_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., all_pages: _Optional[bool] = ...) -> None: ...
+
 class AttachKvSessionRequest(_message.Message):
     __slots__ = ("session_id", "keys", "tenant_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

@@ -161,7 +161,7 @@ class MasterServiceStub:
                 _registered_method=True)
         self.ReleaseKvSession = channel.unary_unary(
                 '/mooncake_py.v1.MasterService/ReleaseKvSession',
-                request_serializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseKvSessionRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
         self.ReleaseStaleKvSessions = channel.unary_unary(
@@ -726,7 +726,7 @@ def add_MasterServiceServicer_to_server(servicer, server):
             ),
             'ReleaseKvSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleaseKvSession,
-                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.FromString,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseKvSessionRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.SerializeToString,
             ),
             'ReleaseStaleKvSessions': grpc.unary_unary_rpc_method_handler(
@@ -1545,7 +1545,7 @@ class MasterService:
             request,
             target,
             '/mooncake_py.v1.MasterService/ReleaseKvSession',
-            mooncake__py_dot___proto_dot_master__pb2.KvSessionRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.ReleaseKvSessionRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.ReleaseResponse.FromString,
             options,
             channel_credentials,

@@ -328,7 +328,7 @@ _ENTRIES = (
     Rpc(
         "ReleaseKvSession",
         "service.releases.release_kv_session_sliced",
-        SESSION_ID,
+        Fields("tenant_id", "session_id", "all_pages", defaults=(False,)),
         RELEASE,
         sliced=True,
     ),

@@ -5,6 +5,12 @@ One module per command group (:mod:`~mooncake_py.cli.session_commands`,
 adds its subcommands and sets a ``handler`` taking a :class:`~mooncake_py.cli.common.Context`
 and returning the exit code. New groups are added to :data:`GROUPS`.
 
+The commands reach the master through :attr:`Context.client
+<mooncake_py.cli.common.Context.client>` (a :class:`~mooncake_py.cli.backend.StoreBackend`):
+the gRPC client, or with ``--http`` the HTTP memory API
+(:mod:`~mooncake_py.cli.http_backend`); a command's parser sets ``over_http`` when it needs no
+more than that interface, and the others are refused under ``--http`` (exit code 2).
+
 Exit codes: 0 ok; 1 aborted or not confirmed; 2 usage error; 3 master unreachable; 4 unknown
 session or key; 5 permission denied or unauthenticated; 6 any other store error.
 """
@@ -51,6 +57,10 @@ GROUPS: tuple[Register, ...] = (
 _EPILOG = """\
 Global options may also follow the command. Destructive commands (close, release,
 release-stale, release-all, release-kv-cache, keys rm) ask for confirmation unless --yes.
+
+--http URL talks to the master's HTTP memory API (its --metrics_port) instead of gRPC, with
+the same output: sessions ls/show/release/release-stale/release-all, release-kv-cache,
+segments ls and stats. Other commands need gRPC (--master).
 
 exit codes: 0 ok, 1 aborted/not confirmed, 2 usage error, 3 master unreachable,
 4 session or key not found, 5 permission denied/unauthenticated, 6 other store error

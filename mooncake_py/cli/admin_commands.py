@@ -29,6 +29,8 @@ from mooncake_py.cli.output import (
 from mooncake_py.cli.session_commands import emit_release
 from mooncake_py.errors import BusyError, ErrorCode, MooncakeError
 
+HTTP_GAP_KEY_DATA = "the memory API does not read or remove keys"
+
 OWN_HELP = (
     "show only what the token's tenant may use (the whole store needs an admin token "
     "when the master requires tokens)"
@@ -91,9 +93,10 @@ def cmd_segments_ls(ctx: Context) -> int:
                 "size": segment.size,
                 "used_bytes": used,
                 "used_percent": 100.0 * used / segment.size if segment.size else 0.0,
-                "allocations": status.allocations,
+                # Negative: the memory API did not say (shown as "-", null in JSON).
+                "allocations": status.allocations if status.allocations >= 0 else None,
                 "te_endpoint": segment.te_endpoint,
-                "protocol": segment.protocol,
+                "protocol": segment.protocol or None,
                 "host_id": segment.host_id,
             }
         )
@@ -135,7 +138,7 @@ def cmd_keys_get(ctx: Context) -> int:
     if ctx.out.file_format:
         raise UsageError("keys get writes the value itself: use --output FILE without --format")
     with about(f"key {key!r}"):
-        value = ctx.client.get(key)
+        value = ctx.grpc_client.get(key)
     size = len(value)
     if output and output != "-":
         Path(output).write_bytes(value)
@@ -159,7 +162,7 @@ def cmd_keys_rm(ctx: Context) -> int:
     force: bool = ctx.args.force
     ctx.confirm(f"remove key {key!r}{' (forced, even while read)' if force else ''}?")
     try:
-        ctx.client.remove(key, force)
+        ctx.grpc_client.remove(key, force)
     except BusyError as exc:
         if exc.code == ErrorCode.OBJECT_HAS_LEASE:
             message = f"key {key!r} is being read (leased); retry or --force"
@@ -183,7 +186,7 @@ def register(
     segments_sub = segments.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     ls = segments_sub.add_parser("ls", help="list mounted segments", parents=[parents.listing])
     ls.add_argument("--own", action="store_true", help=OWN_HELP)
-    ls.set_defaults(handler=cmd_segments_ls)
+    ls.set_defaults(handler=cmd_segments_ls, over_http=True)
 
     keys = commands.add_parser("keys", help="read or remove one key", parents=[parents.base])
     keys_sub = keys.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
@@ -192,15 +195,15 @@ def register(
     get.add_argument(
         "--output", "-o", dest="value_file", metavar="FILE", help="save the value to FILE"
     )
-    get.set_defaults(handler=cmd_keys_get)
+    get.set_defaults(handler=cmd_keys_get, http_gap=HTTP_GAP_KEY_DATA)
     rm = keys_sub.add_parser("rm", help="remove a key", parents=[parents.base])
     rm.add_argument("key", metavar="KEY")
     rm.add_argument("--force", action="store_true", help="remove even while it is being read")
-    rm.set_defaults(handler=cmd_keys_rm)
+    rm.set_defaults(handler=cmd_keys_rm, http_gap=HTTP_GAP_KEY_DATA)
 
     stats = commands.add_parser("stats", help="the master's counters", parents=[parents.listing])
     stats.add_argument("--own", action="store_true", help=OWN_HELP)
-    stats.set_defaults(handler=cmd_stats)
+    stats.set_defaults(handler=cmd_stats, over_http=True)
 
     release = commands.add_parser(
         "release-kv-cache",
@@ -210,4 +213,4 @@ def register(
     release.add_argument(
         "--include-pinned", action="store_true", help="also pinned sessions' objects"
     )
-    release.set_defaults(handler=cmd_release_kv_cache)
+    release.set_defaults(handler=cmd_release_kv_cache, over_http=True)

@@ -10,6 +10,8 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 
+from mooncake_py.cli.backend import StoreBackend
+from mooncake_py.cli.http_backend import HttpMemoryBackend, HttpTarget
 from mooncake_py.cli.output import OutputOptions, UsageError, parse_duration
 from mooncake_py.client.api import Client
 from mooncake_py.client.config import ClientConfig
@@ -116,14 +118,19 @@ def positive_int(text: str) -> int:
 class Context:
     """The parsed command line plus a lazily opened connection to the master.
 
+    The connection is gRPC (``--master``), or the HTTP memory API with ``--http``; commands
+    the memory API covers set ``over_http`` in their parser defaults, the others are refused
+    under ``--http`` (:meth:`from_args`).
+
     Attributes:
         args: the parsed arguments (command-specific ones included).
-        address: the master's ``host:port``.
+        address: the master's ``host:port``, or the ``--http`` URL.
         token: the bearer token, or "".
         tenant: the tenant to name in requests; "" lets the token decide.
         timeout_s: deadline of each master call.
         out: output options.
         yes: skip confirmations.
+        http: where the memory API is served (``--http``), or None for gRPC.
     """
 
     args: argparse.Namespace
@@ -133,37 +140,72 @@ class Context:
     timeout_s: float
     out: OutputOptions
     yes: bool
+    http: HttpTarget | None = None
     _client: Client | None = None
+    _http_backend: HttpMemoryBackend | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Context:
         """Build from parsed arguments.
 
         Raises:
-            UsageError: a bad address or output combination.
+            UsageError: a bad address or output combination, TLS options with an
+                ``http://`` URL, or a command the memory API does not cover under ``--http``.
         """
-        address = args.master
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise UsageError(f"--master must be HOST:PORT, got {address!r}")
+        http_url = getattr(args, "http", "") or ""
+        http = HttpTarget.parse(http_url) if http_url else None
+        address = http_url or args.master
+        if http is None:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise UsageError(f"--master must be HOST:PORT, got {address!r}")
+        elif not getattr(args, "over_http", False):
+            raise UsageError(_not_over_http(args))
         if args.timeout <= 0:
             raise UsageError("--timeout must be positive")
         _check_tls_options(args)
+        if http is not None and http.scheme == "http" and any(tls_settings(args).values()):
+            raise UsageError("the --tls-* options need an https:// --http URL")
         token = args.token or ""
         tenant = args.tenant if args.tenant is not None else ("" if token else "default")
         out = OutputOptions.resolve(
             args.json, getattr(args, "format", None), getattr(args, "output", None)
         )
-        return cls(args, address, token, tenant, args.timeout, out, args.yes)
+        return cls(args, address, token, tenant, args.timeout, out, args.yes, http)
 
     @property
-    def client(self) -> Client:
-        """The store client, joined on first use; it contributes no memory.
+    def client(self) -> StoreBackend:
+        """The master calls the memory API covers: over HTTP with ``--http``, else the gRPC
+        :attr:`grpc_client`.
+
+        Raises:
+            UnavailableError, AuthenticationError: (gRPC) the master is unreachable or refused
+                the token (the command runner reports them).
+            UsageError: (HTTP) a TLS file that is not valid PEM.
+        """
+        if self.http is None:
+            return self.grpc_client
+        if self._http_backend is None:
+            try:
+                self._http_backend = HttpMemoryBackend(
+                    self.http, self.token, self.tenant, self.timeout_s, _tls_config(self.args)
+                )
+            except ConfigError as exc:
+                raise UsageError(str(exc).replace("_file", "")) from exc
+        return self._http_backend
+
+    @property
+    def grpc_client(self) -> Client:
+        """The gRPC store client, joined on first use; it contributes no memory.
 
         Raises:
             UnavailableError, AuthenticationError: the master is unreachable or refused the
                 token (the command runner reports them).
+            CliError: EXIT_USAGE under ``--http`` (commands that need gRPC are refused before
+                they run; this guards any that is not).
         """
+        if self.http is not None:
+            raise CliError(EXIT_USAGE, _not_over_http(self.args))
         if self._client is None:
             tls = tls_settings(self.args)
             config = ClientConfig(
@@ -191,6 +233,9 @@ class Context:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._http_backend is not None:
+            self._http_backend.close()
+            self._http_backend = None
 
     def confirm(self, action: str) -> None:
         """Ask ``<action> proceed? [y/N]`` on stderr and read the answer from stdin.
@@ -229,21 +274,46 @@ def tls_settings(args: argparse.Namespace) -> dict[str, str]:
     return {field: getattr(args, option, "") or "" for option, field in _TLS_OPTIONS.items()}
 
 
+def _tls_config(args: argparse.Namespace) -> TlsConfig:
+    """The TLS settings of the command line (all empty: the system's trust store).
+
+    Raises:
+        ConfigError: a TLS file that does not exist, or a certificate without its key.
+    """
+    settings = tls_settings(args)
+    return TlsConfig(
+        cert_file=settings["tls_cert_file"],
+        key_file=settings["tls_key_file"],
+        ca_file=settings["tls_ca_file"],
+        server_name=settings["tls_server_name"],
+        setting_prefix="--tls-",
+    )
+
+
 def _check_tls_options(args: argparse.Namespace) -> None:
     """Raise UsageError for a TLS file that does not exist or a certificate without its key."""
     settings = tls_settings(args)
     if not (settings["tls_ca_file"] or settings["tls_cert_file"] or settings["tls_key_file"]):
         return
     try:
-        TlsConfig(
-            cert_file=settings["tls_cert_file"],
-            key_file=settings["tls_key_file"],
-            ca_file=settings["tls_ca_file"],
-            server_name=settings["tls_server_name"],
-            setting_prefix="--tls-",
-        )
+        _tls_config(args)
     except ConfigError as exc:
         raise UsageError(str(exc).replace("_file", "")) from exc
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """The command as typed, e.g. ``sessions keys`` or ``stats``."""
+    words = [getattr(args, "command", None), getattr(args, "subcommand", None)]
+    return " ".join(word for word in words if word)
+
+
+def _not_over_http(args: argparse.Namespace) -> str:
+    """Why the command cannot run under ``--http`` (its parser's ``http_gap``, if any)."""
+    gap = getattr(args, "http_gap", "") or "the HTTP memory API does not cover it"
+    return (
+        f"`{command_name(args)}` is not available with --http ({gap}); "
+        "use --master HOST:PORT (gRPC) instead"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,6 +357,14 @@ def add_common_options(parser: argparse.ArgumentParser, suppress: bool, files: b
         metavar="HOST:PORT",
         default=default(os.environ.get("MOONCAKE_MASTER") or DEFAULT_MASTER),
         help=f"the master (env MOONCAKE_MASTER; default {DEFAULT_MASTER})",
+    )
+    group.add_argument(
+        "--http",
+        metavar="URL",
+        default=default(os.environ.get("MOONCAKE_PY_HTTP", "")),
+        help="use the master's HTTP memory API at URL (its --metrics_port, e.g. "
+        "http://HOST:9003 or https://...) instead of gRPC, for the commands it covers; "
+        "wins over --master, --http '' turns it off (env MOONCAKE_PY_HTTP)",
     )
     group.add_argument(
         "--token",

@@ -62,6 +62,11 @@ SESSION_FIELDS = (
 
 RELEASE_FIELDS = tuple(f.name for f in dataclasses.fields(ReleaseResult))
 
+# Why a command cannot run over the HTTP memory API (``--http``).
+HTTP_GAP_KEYS = "the memory API has no per-session key listing"
+HTTP_GAP_PIN = "the memory API cannot pin or unpin a session"
+HTTP_GAP_CLOSE = "the memory API cannot close a session without releasing it"
+
 # Sort orders: the key of the first row shown (ties broken by session id).
 SORT_KEYS: dict[str, Callable[[KvSessionInfo], Any]] = {
     "id": lambda i: i.session_id,
@@ -174,7 +179,7 @@ def cmd_keys(ctx: Context) -> int:
     cursor = ""
     while True:
         with about(f"session {session_id!r}"):
-            page = ctx.client.list_kv_session_keys(session_id, cursor, PAGE_LIMIT)
+            page = ctx.grpc_client.list_kv_session_keys(session_id, cursor, PAGE_LIMIT)
         keys.extend(page.keys)
         cursor = page.next_cursor
         if not cursor:
@@ -188,9 +193,9 @@ def _set_pin(ctx: Context, pinned: bool) -> int:
     session_id = ctx.args.session_id
     with about(f"session {session_id!r}"):
         if pinned:
-            ctx.client.pin_kv_session(session_id)
+            ctx.grpc_client.pin_kv_session(session_id)
         else:
-            ctx.client.unpin_kv_session(session_id)
+            ctx.grpc_client.unpin_kv_session(session_id)
     verb = "pinned" if pinned else "unpinned"
     if ctx.out.json:
         emit_json(ctx.out, {"session_id": session_id, "pinned": pinned})
@@ -218,7 +223,7 @@ def cmd_close(ctx: Context) -> int:
         f"{format_size(info.bytes)}; the data stays cached)?"
     )
     with about(f"session {session_id!r}"):
-        ctx.client.close_kv_session(session_id)
+        ctx.grpc_client.close_kv_session(session_id)
     if ctx.out.json:
         emit_json(ctx.out, {"session_id": session_id, "closed": True})
     else:
@@ -227,15 +232,21 @@ def cmd_close(ctx: Context) -> int:
 
 
 def cmd_release(ctx: Context) -> int:
-    """``sessions release ID``: close the session and remove what nothing else needs."""
+    """``sessions release ID [--all-pages]``: close the session and remove what nothing else
+    needs (with ``--all-pages``, what other sessions share too)."""
     session_id = ctx.args.session_id
+    all_pages = bool(ctx.args.all_pages)
     info = get_session(ctx, session_id)
+    held = (
+        f"{format_size(info.bytes)}, shared ones included"
+        if all_pages
+        else f"{format_size(info.exclusive_bytes)} held by no other session"
+    )
     ctx.confirm(
-        f"release session {session_id!r}: remove up to {info.member_count} objects "
-        f"({format_size(info.exclusive_bytes)} held by no other session)?"
+        f"release session {session_id!r}: remove up to {info.member_count} objects ({held})?"
     )
     with about(f"session {session_id!r}"):
-        result = ctx.client.release_kv_session(session_id)
+        result = ctx.client.release_kv_session(session_id, all_pages)
     if result.sessions == 0:
         raise CliError(EXIT_NOT_FOUND, result.message or f"session {session_id!r} not found")
     emit_release(ctx, f"released session {session_id!r}", result)
@@ -307,22 +318,29 @@ def register(
     ls.add_argument(
         "--idle-over", type=duration_ms, metavar="DURATION", help="only sessions idle this long"
     )
-    ls.set_defaults(handler=cmd_ls, pinned=None)
+    ls.set_defaults(handler=cmd_ls, pinned=None, over_http=True)
 
-    single: list[tuple[str, str, Callable[[Context], int], bool]] = [
-        ("show", "a session's accounting", cmd_show, False),
-        ("keys", "a session's member keys", cmd_keys, True),
-        ("pin", "protect a session's objects from eviction", cmd_pin, False),
-        ("unpin", "remove a session's protection", cmd_unpin, False),
-        ("close", "drop a session (its data stays cached)", cmd_close, False),
-        ("release", "close a session and remove what nothing else needs", cmd_release, False),
+    # (name, help, handler, takes --format/--output, why --http cannot run it or "" if it can)
+    single: list[tuple[str, str, Callable[[Context], int], bool, str]] = [
+        ("show", "a session's accounting", cmd_show, False, ""),
+        ("keys", "a session's member keys", cmd_keys, True, HTTP_GAP_KEYS),
+        ("pin", "protect a session's objects from eviction", cmd_pin, False, HTTP_GAP_PIN),
+        ("unpin", "remove a session's protection", cmd_unpin, False, HTTP_GAP_PIN),
+        ("close", "drop a session (its data stays cached)", cmd_close, False, HTTP_GAP_CLOSE),
+        ("release", "close a session and remove what nothing else needs", cmd_release, False, ""),
     ]
-    for name, text, handler, listing in single:
+    for name, text, handler, listing, http_gap in single:
         parser = sub.add_parser(
             name, help=text, parents=[parents.listing if listing else parents.base]
         )
         parser.add_argument("session_id", metavar="ID")
-        parser.set_defaults(handler=handler)
+        parser.set_defaults(handler=handler, over_http=not http_gap, http_gap=http_gap)
+        if name == "release":
+            parser.add_argument(
+                "--all-pages",
+                action="store_true",
+                help="also remove the objects other sessions share (they leave those sessions)",
+            )
 
     stale = sub.add_parser(
         "release-stale", help="release sessions idle too long", parents=[parents.listing]
@@ -330,7 +348,7 @@ def register(
     stale.add_argument("--idle-over", type=duration_ms, metavar="DURATION", required=True)
     stale.add_argument("--include-pinned", action="store_true", help="also pinned sessions")
     stale.add_argument("--dry-run", action="store_true", help="only list what would go")
-    stale.set_defaults(handler=cmd_release_stale)
+    stale.set_defaults(handler=cmd_release_stale, over_http=True)
 
     every = sub.add_parser("release-all", help="release every session", parents=[parents.base])
-    every.set_defaults(handler=cmd_release_all)
+    every.set_defaults(handler=cmd_release_all, over_http=True)

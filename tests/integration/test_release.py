@@ -95,3 +95,17 @@ def test_release_stale_all_and_kv_cache(make_store) -> None:  # type: ignore[no-
         assert store.release_kv_cache(keep_pinned=False).released_objects == 1
         assert store.get("weights") == b"w" * 1000
         master.service.check()
+
+
+def test_all_pages_removes_shared_members_too(leaseless_master, make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(leaseless_master.address, 16 << 20)
+    assert store.put_batch(["a", "b"], [b"x" * 1024] * 2, tagged("s1", keys=2)) == 0
+    assert store.put("hard", b"h" * 1024, tagged("s1", with_hard_pin=True)) == 0
+    assert store.attach_kv_session("s2", ["a"]) == [0]
+    result = store.release_kv_session("s1", all_pages=True)
+    assert (result.released_objects, result.kept_shared, result.kept_hard_pinned) == (2, 0, 1)
+    assert result.freed_bytes == 2048
+    assert store.batch_is_exist(["a", "b", "hard"]) == [0, 0, 1]
+    # s2 lost its only member with it: nothing is left of it.
+    with pytest.raises(MooncakeError, match="SESSION_NOT_FOUND"):
+        store.get_kv_session("s2")

@@ -265,7 +265,7 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "GetKvSession": ("tenant", "conv"),
     "ListKvSessionKeys": ("tenant", "conv", "cursor", 100),
     "ListKvSessions": ("tenant", "", 10, None, 0),
-    "ReleaseKvSession": ("tenant", "conv"),
+    "ReleaseKvSession": ("tenant", "conv", True),
     "ReleaseStaleKvSessions": ("tenant", 60_000, True),
     "ReleaseAllKvSessions": ("tenant", True),
     "ReleaseKvCache": ("tenant", False),
