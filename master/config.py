@@ -198,6 +198,13 @@ class MasterConfig:
         "and the dashboard (/); 0 picks one, -1 disables.",
         InRange(-1, 65535),
     )
+    http_allowed_hosts: str = _opt(
+        "",
+        "str",
+        "Comma-separated host names browsers may use to reach the HTTP port (the dashboard), "
+        "besides IP addresses, localhost and this machine's own names; a browser request "
+        "naming another host is refused, against DNS rebinding.",
+    )
     occupancy_sample_sec: float = _opt(
         5.0,
         "seconds",

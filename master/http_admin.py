@@ -69,7 +69,7 @@ run on many HTTP threads at once (every state access takes the service lock as d
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mooncake_py import __version__
@@ -82,6 +82,8 @@ from .http_common import (
     PLAIN,
     TEXT,
     BadRequest,
+    BrowserGuard,
+    BrowserHeaders,
     Reply,
     Request,
     Route,
@@ -120,26 +122,31 @@ class AdminApi:
         metrics_text: renders ``/metrics``.
         authority: the master's tokens, or None when it requires none.
         occupancy: the sampled occupancy history for the memory API's stats (None: none).
+        allowed_hosts: host names browsers may use besides IP literals, ``localhost`` and this
+            machine's names (:class:`~.http_common.BrowserGuard`).
     """
 
     def __init__(
         self,
         service: MasterService,
         rpcs: RpcCounters,
-        metrics_text: Callable[[], bytes],
+        metrics_text: Callable[[bool], bytes],
         authority: TokenAuthority | None,
         occupancy: OccupancyHistory | None = None,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         self._service = service
         self._rpcs = rpcs
         self._metrics_text = metrics_text
         self._authority = authority
+        self._guard = BrowserGuard(allowed_hosts)
         self._multi_tenant = service.context.tenants.multi_tenant
         self._max_batch = service.config.max_batch_keys
         self.queries = AdminQueries(service.context)
         get, post = "GET", "POST"
         self._routes: dict[str, Route] = {
-            "/metrics": Route(get, lambda _: Reply(200, TEXT, metrics_text()), False),
+            # Families labelled by tenant only for admin tokens (or a master without tokens).
+            "/metrics": Route(get, lambda r: Reply(200, TEXT, metrics_text(r.admin)), False),
             "/metrics/summary": Route(get, self._summary, False),
             "/health": Route(get, self._health, False),
             "/role": Route(get, lambda _: _text(200, ROLE, PLAIN), False),
@@ -167,6 +174,7 @@ class AdminApi:
         authorization: str | None,
         body: bytes = b"",
         content_type: str | None = None,
+        browser: BrowserHeaders | None = None,
     ) -> Reply:
         """Answer one request.
 
@@ -176,6 +184,8 @@ class AdminApi:
             authorization: the ``Authorization`` header, if any.
             body: the request body (the memory API's POST paths read JSON from it).
             content_type: the ``Content-Type`` header, if any.
+            browser: ``Host``, ``Origin`` and ``Sec-Fetch-Site``; a browser's request that
+                another site could have made is refused (403, :class:`BrowserGuard`).
 
         Returns:
             The reply; never raises for bad input (400, 401, 403, 404, 405, 415 replies).
@@ -190,17 +200,23 @@ class AdminApi:
         if method != route.method:
             reply = _text(405, f"method {method} not allowed; use {route.method}\n", PLAIN)
             return dataclasses.replace(reply, headers=(("Allow", route.method),))
+        refusal = self._guard.refusal(method, browser or BrowserHeaders())
+        if refusal is not None:
+            return simple_error(403, refusal)
         token_tenant = None
         segment_scope = None
         admin = True
-        if route.guarded and self._authority is not None:
+        if self._authority is not None:
+            # Open paths read the token too (an admin's scrape of /metrics gets the families
+            # labelled by tenant), but need none.
             principal = self._authority.principal_of_header(authorization)
-            if principal is None:
+            if principal is None and route.guarded:
                 reply = simple_error(401, Denial.UNAUTHENTICATED.value)
                 return dataclasses.replace(reply, headers=(("WWW-Authenticate", "Bearer"),))
-            token_tenant = principal.tenant
-            admin = principal.admin
-            segment_scope = None if admin else principal.tenant
+            admin = principal is not None and principal.admin
+            if principal is not None:
+                token_tenant = principal.tenant
+                segment_scope = None if admin else principal.tenant
         try:
             request = Request(
                 parse_query(query),

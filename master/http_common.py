@@ -10,10 +10,12 @@ Thread-safety: every type here is immutable; the helpers are pure functions.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
-from collections.abc import Callable, Iterator
+import socket
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_plus, urlsplit
 
 from mooncake_py.errors import ErrorCode
 
@@ -150,3 +152,80 @@ class Route:
     method: str
     handler: Callable[[Request], Reply]
     guarded: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrowserHeaders:
+    """The headers that tell a browser's request from a script's.
+
+    Attributes:
+        host: ``Host``.
+        origin: ``Origin`` (browsers send it on cross-origin requests and on every POST).
+        fetch_site: ``Sec-Fetch-Site`` (browsers send it on every request).
+    """
+
+    host: str | None = None
+    origin: str | None = None
+    fetch_site: str | None = None
+
+
+class BrowserGuard:
+    """Refuses what a web page elsewhere could make a browser send to this port.
+
+    Scripts, scrapers and engines send neither ``Origin`` nor ``Sec-Fetch-Site`` and are never
+    refused. A browser's request is refused when:
+
+    - its ``Host`` is a name this port does not answer browsers on (DNS rebinding: a page whose
+      name an attacker points at this address would otherwise be same-origin with the port):
+      allowed are IP literals, ``localhost`` (and ``*.localhost``), this machine's host names
+      and ``allowed_hosts``;
+    - it would change something (any method but GET and HEAD) and comes from another site:
+      ``Sec-Fetch-Site`` other than ``same-origin`` / ``none``, or an ``Origin`` whose
+      host and port differ from ``Host`` (cross-site form posts included).
+
+    Args:
+        allowed_hosts: further host names (case-insensitive, without port).
+
+    Thread-safety: immutable after construction.
+    """
+
+    def __init__(self, allowed_hosts: Sequence[str] = ()) -> None:
+        names = {"localhost", socket.gethostname(), socket.getfqdn(), *allowed_hosts}
+        self._names = frozenset(name.lower().rstrip(".") for name in names if name)
+
+    def refusal(self, method: str, headers: BrowserHeaders) -> str | None:
+        """Why the request must be refused (a sentence), or None when it may go on."""
+        if headers.origin is None and headers.fetch_site is None:
+            return None
+        host = _host_name(headers.host or "")
+        if not host or not self._answers(host):
+            return (
+                f"this port does not answer browsers that reach it as {host!r}; "
+                "name the host in --http_allowed_hosts"
+            )
+        if method in ("GET", "HEAD"):
+            return None
+        if headers.fetch_site not in (None, "same-origin", "none"):
+            return "cross-site requests may not change anything"
+        if headers.origin is not None:
+            origin = urlsplit(headers.origin).netloc.lower()
+            if origin != (headers.host or "").lower():
+                return "cross-origin requests may not change anything"
+        return None
+
+    def _answers(self, host: str) -> bool:
+        if host in self._names or host.endswith(".localhost"):
+            return True
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return True
+
+
+def _host_name(host: str) -> str:
+    """``Host`` without its port or IPv6 brackets, lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0].rstrip(".") if host.count(":") == 1 else host.rstrip(".")

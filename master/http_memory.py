@@ -48,6 +48,7 @@ from .occupancy import OccupancyHistory
 from .service.admin_queries import AdminQueries
 from .service.context import DEFAULT_TENANT
 from .service.facade import MasterService
+from .service.session_overview import RANKINGS, SessionTotals, overview_sliced
 from .service.slices import drive
 from .state.session_registry import MAX_SESSION_ID_BYTES
 from .transport.auth import Denial
@@ -56,6 +57,9 @@ NOTHING_CACHED = "no cached pages for this session"
 """The ``message`` of a session release that released nothing (the request's own words)."""
 
 CONFIRM_NEEDED = 'release_all_sessions needs "confirm": true'
+
+MAX_IDLE_MINUTES = 1e12
+"""The largest idle bound in minutes (about two million years)."""
 
 DEFAULT_LIST_LIMIT = 1000
 """Sessions one ``GET /v1/memory/sessions`` page holds unless ``limit`` says otherwise."""
@@ -70,6 +74,7 @@ class Field:
         required: the body must carry it.
         description: what it means (into the OpenAPI document).
         minimum: the least value of a number.
+        maximum: the greatest value of a number.
         max_length: the most characters of a string (None: no bound).
         non_empty: a string must not be empty.
         const: the one value accepted (None: any of its kind).
@@ -80,6 +85,7 @@ class Field:
     required: bool
     description: str
     minimum: float | None = None
+    maximum: float | None = None
     max_length: int | None = None
     non_empty: bool = False
     const: Any = None
@@ -111,7 +117,11 @@ RELEASE_SESSION_BODY: dict[str, Field] = {
 }
 RELEASE_STALE_BODY: dict[str, Field] = {
     "max_idle_minutes": Field(
-        "number", True, "Release sessions idle for longer than this.", minimum=0
+        "number",
+        True,
+        "Release sessions idle for longer than this.",
+        minimum=0,
+        maximum=MAX_IDLE_MINUTES,
     ),
     "include_pinned": Field("boolean", False, "Release pinned sessions too (default false)."),
     "tenant_id": TENANT_FIELD,
@@ -163,7 +173,7 @@ def parse_body(request: Request, fields: Mapping[str, Field]) -> dict[str, Any]:
         raise BadRequest(error_reply(415, ErrorCode.INVALID_PARAMS, message))
     try:
         body = json.loads(request.body) if request.body.strip() else {}
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
         raise _invalid("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise _invalid("the body must be a JSON object")
@@ -184,22 +194,44 @@ def _check_type(name: str, value: Any, field: Field) -> None:
         ok = isinstance(value, bool)
     elif field.kind == "string":
         ok = isinstance(value, str)
+        if ok and not _encodable(value):
+            raise _invalid(f"field {name!r} is not valid Unicode (a lone surrogate)")
         if ok and field.non_empty and not value:
             raise _invalid(f"field {name!r} must not be empty")
         if ok and field.max_length is not None and len(value) > field.max_length:
             raise _invalid(f"field {name!r} is longer than {field.max_length} characters")
     else:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if ok and not math.isfinite(value):
+        if ok and not _finite(value):
             raise _invalid(f"field {name!r} must be a finite number")
         if ok and field.minimum is not None and value < field.minimum:
             raise _invalid(f"field {name!r} must be at least {field.minimum:g}")
+        if ok and field.maximum is not None and value > field.maximum:
+            raise _invalid(f"field {name!r} must be at most {field.maximum:g}")
     if not ok:
         raise _invalid(f"field {name!r} must be a {field.kind}")
 
 
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
-_JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (JSON's ``\\ud800`` escapes can make lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _finite(value: float) -> bool:
+    """Whether a JSON number is finite as a float (a 400-digit integer is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+# Bounded lengths: no query value turns into an unbounded int() or float() conversion.
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]{0,30})(?:\.[0-9]{1,30})?(?:[eE][-+]?[0-9]{1,4})?")
+_JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 
 
 def _bool_param(request: Request, name: str) -> bool | None:
@@ -212,14 +244,14 @@ def _bool_param(request: Request, name: str) -> bool | None:
     raise _invalid(f"query parameter {name!r} must be true or false")
 
 
-def _number_param(request: Request, name: str, least: float) -> float | None:
-    """A query number in JSON's syntax, finite and at least ``least`` (None when absent)."""
+def _number_param(request: Request, name: str, least: float, most: float) -> float | None:
+    """A query number in JSON's syntax in [least, most] (None when absent)."""
     value = request.param(name)
     if value is None:
         return None
-    number = float(value) if _JSON_NUMBER.fullmatch(value) else math.nan
-    if not math.isfinite(number) or number < least:
-        raise _invalid(f"query parameter {name!r} must be a finite number >= {least:g}")
+    number = float(value) if _JSON_NUMBER.fullmatch(value) else math.nan  # 1e9999 -> inf
+    if not least <= number <= most:  # NaN (not a number) fails both
+        raise _invalid(f"query parameter {name!r} must be a number in [{least:g}, {most:g}]")
     return number
 
 
@@ -291,53 +323,56 @@ class MemoryApi:
     def _sessions(self, request: Request) -> Reply:
         tenant = self._acting_tenant(request, request.param("tenant_id"))
         pinned = _bool_param(request, "pinned")
-        min_idle = _number_param(request, "min_idle_minutes", 0.0)
+        min_idle = _number_param(request, "min_idle_minutes", 0.0, MAX_IDLE_MINUTES)
         limit = _integer_param(request, "limit", 1, self._page, DEFAULT_LIST_LIMIT)
         cursor = request.param("cursor") or ""
-        with_totals = _bool_param(request, "totals") is not False
+        ranking = request.param("sort")
+        if ranking is not None and ranking not in RANKINGS:
+            raise _invalid(f"query parameter 'sort' must be one of {', '.join(RANKINGS)}")
+        order = request.param("order")
+        if order not in (None, "asc", "desc"):
+            raise _invalid("query parameter 'order' must be asc or desc")
+        if ranking is not None:
+            cursor = ""  # a ranking is one answer: it has no pages to continue
+        # Totals cost a walk of every session: by default only a listing's first page has them.
+        with_totals = _bool_param(request, "totals")
+        if with_totals is None:
+            with_totals = not cursor
         min_idle_ms = 0.0 if min_idle is None else min_idle * 60_000
-        totals = dict.fromkeys(("sessions", "pinned", "pages", "bytes", "exclusive"), 0)
-        page: list[dict[str, Any]] = []
+        context = self._service.context
         next_cursor = ""
-        walk = ""
-        # One walk over every session of the tenant, a page of the registry at a time, for the
-        # totals; the answer's page is the filtered sessions after ``cursor`` along the way.
-        # Without totals the walk starts at the cursor and stops once the page is full.
-        if not with_totals:
-            walk = cursor
-        while True:
-            code, infos, walk = drive(
-                self._service.sessions.list_kv_sessions_sliced(tenant, walk, self._page)
+        if ranking is not None:
+            # One walk: the totals and the top ``limit`` sessions by the figure.
+            code, totals, infos = drive(
+                overview_sliced(
+                    context, tenant, ranking, order != "asc", limit, pinned, min_idle_ms
+                )
             )
-            if code != ErrorCode.OK:
-                raise BadRequest(error_reply(400, code))
-            for info in infos:
-                totals["sessions"] += 1
-                totals["pinned"] += info.pinned
-                totals["pages"] += info.member_count
-                totals["bytes"] += info.bytes
-                totals["exclusive"] += info.exclusive_bytes
-                if info.session_id <= cursor and cursor:
-                    continue
-                if pinned is not None and info.pinned != pinned:
-                    continue
-                if info.idle_ms < min_idle_ms:
-                    continue
-                if len(page) < limit:
-                    page.append(session_json(info))
-                elif not next_cursor:
-                    next_cursor = page[-1]["session_id"]
-            if not walk or (next_cursor and not with_totals):
-                break
-        answer: dict[str, Any] = {"sessions": page, "next_cursor": next_cursor}
-        if with_totals:
+        else:
+            code, totals, _ = (
+                drive(overview_sliced(context, tenant))
+                if with_totals
+                else (ErrorCode.OK, SessionTotals(), [])
+            )
+            if code == ErrorCode.OK:
+                listing = self._service.sessions.list_kv_sessions_sliced(
+                    tenant, cursor, limit, pinned, math.ceil(min_idle_ms)
+                )
+                code, infos, next_cursor = drive(listing)
+        if code != ErrorCode.OK:
+            raise BadRequest(error_reply(400, code))
+        answer: dict[str, Any] = {
+            "sessions": [session_json(info) for info in infos],
+            "next_cursor": next_cursor,
+        }
+        if with_totals or ranking is not None:
             answer.update(
                 {
-                    "total_sessions": totals["sessions"],
-                    "total_pinned_sessions": totals["pinned"],
-                    "total_pages_cached": totals["pages"],
-                    "total_pages_bytes": totals["bytes"],
-                    "total_exclusive_bytes": totals["exclusive"],
+                    "total_sessions": totals.sessions,
+                    "total_pinned_sessions": totals.pinned,
+                    "total_pages_cached": totals.pages,
+                    "total_pages_bytes": totals.bytes,
+                    "total_exclusive_bytes": totals.exclusive_bytes,
                     "total_bytes_free": self._free_bytes(request),
                 }
             )
@@ -372,9 +407,8 @@ class MemoryApi:
     def _release_stale(self, request: Request) -> Reply:
         body = parse_body(request, RELEASE_STALE_BODY)
         tenant = self._acting_tenant(request, body.get("tenant_id"))
-        # Minutes to whole milliseconds; a bound past any idle time (1e300 minutes) is capped
-        # rather than overflowing.
-        max_idle_ms = int(min(float(body["max_idle_minutes"]) * 60_000, 2.0**62))
+        # Minutes to whole milliseconds (at most MAX_IDLE_MINUTES: no overflow).
+        max_idle_ms = int(float(body["max_idle_minutes"]) * 60_000)
         include_pinned = bool(body.get("include_pinned", False))
         steps = self._service.releases.release_stale_kv_sessions_sliced(
             tenant, max_idle_ms, include_pinned

@@ -29,7 +29,6 @@ SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
         "frame-ancestors 'none'",
     ),
     ("X-Frame-Options", "DENY"),
-    ("X-Content-Type-Options", "nosniff"),
     ("Referrer-Policy", "no-referrer"),
     ("Cache-Control", "no-cache"),
 )

@@ -21,7 +21,7 @@ import selectors
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .http_admin import TEXT, AdminApi, Reply
+from .http_common import BrowserHeaders
 from .occupancy import OccupancyHistory
 from .service.facade import MasterService
 from .service.release import AWAKE, KV_CACHE_RELEASED, RELEASE_KINDS, SLEEP_STATES
@@ -184,11 +185,18 @@ class _StoreCollector(Collector):
 
     Each part is read under one hold of the service lock, so families read apart can be one
     call apart from each other. Cost per scrape: O(segments + tenants + RPCs).
+
+    Args:
+        service: the service to report on.
+        rpcs: per-RPC counters.
+        per_tenant: include the families labelled by tenant (a master with tokens serves
+            them only to admin tokens: they name tenants and their figures).
     """
 
-    def __init__(self, service: MasterService, rpcs: RpcCounters) -> None:
+    def __init__(self, service: MasterService, rpcs: RpcCounters, per_tenant: bool = True) -> None:
         self._service = service
         self._rpcs = rpcs
+        self._per_tenant = per_tenant
 
     def collect(self) -> Iterator[Metric]:
         stats = self._service.stats()
@@ -200,7 +208,8 @@ class _StoreCollector(Collector):
             for release_kind in RELEASE_KINDS:
                 by_kind.add_metric([release_kind], stats.get(f"{release_kind}_{suffix}", 0))
             yield by_kind
-        yield from self._tenant_families()
+        if self._per_tenant:
+            yield from self._tenant_families()
         for rpc, count in sorted(dict(self._rpcs.requests).items()):
             op = snake_case(rpc)
             yield CounterMetricFamily(f"master_{op}_requests", f"{rpc} calls.", value=count)
@@ -318,6 +327,8 @@ class MetricsServer:
             request gets no answer (its connection is closed when the handshake fails). None
             serves HTTP.
         occupancy: the occupancy history the memory API's stats return (None: none).
+        allowed_hosts: host names a browser may use to reach this port besides IP literals,
+            ``localhost`` and this machine's names (:class:`~.http_admin.BrowserGuard`).
 
     Raises:
         ConfigError: the tokens file cannot be read.
@@ -333,13 +344,23 @@ class MetricsServer:
         authority: TokenAuthority | None = None,
         tls_context: ssl.SSLContext | None = None,
         occupancy: OccupancyHistory | None = None,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
-        registry = CollectorRegistry()
-        registry.register(_StoreCollector(service, rpcs))
+        # Two views of the same figures: every family, and every family but those labelled
+        # by tenant, which a master with tokens serves only to admin tokens (/metrics stays
+        # open for scrapers and probes, with store-wide figures alone).
+        full = CollectorRegistry()
+        full.register(_StoreCollector(service, rpcs))
+        store_wide = CollectorRegistry()
+        store_wide.register(_StoreCollector(service, rpcs, per_tenant=False))
         tokens_file = service.config.auth_tokens_file
         if authority is None and tokens_file:
             authority = TokenAuthority.from_file(tokens_file)
-        api = AdminApi(service, rpcs, lambda: generate_latest(registry), authority, occupancy)
+
+        def metrics_text(per_tenant: bool) -> bytes:
+            return generate_latest(full if per_tenant else store_wide)
+
+        api = AdminApi(service, rpcs, metrics_text, authority, occupancy, allowed_hosts)
         self.api = api
 
         class Handler(BaseHTTPRequestHandler):
@@ -389,6 +410,11 @@ class MetricsServer:
                         self.headers.get("Authorization"),
                         body,
                         self.headers.get("Content-Type"),
+                        BrowserHeaders(
+                            self.headers.get("Host"),
+                            self.headers.get("Origin"),
+                            self.headers.get("Sec-Fetch-Site"),
+                        ),
                     )
                 except Exception:  # a bug must not kill the port: answer 500 and say why
                     log.exception("admin path %s failed", self.path.split("?")[0])
@@ -398,6 +424,8 @@ class MetricsServer:
             def _send(self, reply: Reply, method: str) -> None:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)
+                # No answer is to be read as anything but its declared type.
+                self.send_header("X-Content-Type-Options", "nosniff")
                 for name, value in reply.headers:
                     self.send_header(name, value)
                 if isinstance(reply.body, bytes):

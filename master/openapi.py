@@ -14,7 +14,8 @@ from typing import Any
 
 from mooncake_py import __version__
 
-from .http_memory import BODIES, DEFAULT_LIST_LIMIT, Field
+from .http_memory import BODIES, DEFAULT_LIST_LIMIT, MAX_IDLE_MINUTES, Field
+from .service.session_overview import RANKINGS
 
 INT = {"type": "integer", "minimum": 0}
 NUM = {"type": "number"}
@@ -198,6 +199,8 @@ def _body_schema(fields: dict[str, Field]) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": field.kind, "description": field.description}
         if field.minimum is not None:
             schema["minimum"] = field.minimum
+        if field.maximum is not None:
+            schema["maximum"] = field.maximum
         if field.max_length is not None:
             schema["maxLength"] = field.max_length
         if field.const is not None:
@@ -265,7 +268,11 @@ def openapi_document() -> dict[str, Any]:
     """The memory API's OpenAPI 3.1 document (a fresh dict)."""
     sessions_params = [
         _param("pinned", BOOL, "Only pinned (true) or unpinned (false) sessions."),
-        _param("min_idle_minutes", {"type": "number", "minimum": 0}, "Only sessions idle so long."),
+        _param(
+            "min_idle_minutes",
+            {"type": "number", "minimum": 0, "maximum": MAX_IDLE_MINUTES},
+            "Only sessions idle so long.",
+        ),
         _param(
             "limit",
             {"type": "integer", "minimum": 1, "maximum": 4096, "default": DEFAULT_LIST_LIMIT},
@@ -274,10 +281,17 @@ def openapi_document() -> dict[str, Any]:
         _param("cursor", STR, "Continue after this session id (a page's next_cursor)."),
         _param(
             "totals",
-            {"type": "boolean", "default": True},
-            "Add the totals over every session (a walk over all of them); false answers the "
-            "page alone, at the cost of the page.",
+            {"type": "boolean"},
+            "Add the totals over every session (a walk of all of them); by default only a "
+            "listing's first page (no cursor) has them.",
         ),
+        _param(
+            "sort",
+            {"enum": list(RANKINGS)},
+            "Answer the top `limit` sessions by this figure (one walk; no pages: cursor is "
+            "ignored), with the totals.",
+        ),
+        _param("order", {"enum": ["desc", "asc"]}, "With sort: largest first (default) or not."),
     ]
     history = _param("history", BOOL, "Add the occupancy history (store-wide views only).")
     paths = {

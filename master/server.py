@@ -146,6 +146,9 @@ class MasterServer:
                 authority=self._authority,
                 tls_context=self._tls_context,
                 occupancy=self.occupancy,
+                allowed_hosts=[
+                    h.strip() for h in self.config.http_allowed_hosts.split(",") if h.strip()
+                ],
             )
             self.metrics_port = self._metrics.port
         if self.config.fast_rpc_port >= 0:

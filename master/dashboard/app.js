@@ -72,29 +72,20 @@ async function api(path, body) {
 }
 
 /**
- * Every page of /v1/memory/sessions, following next_cursor; totals from the last page. Each
- * page's idle times are as of its own answer: they are aged to the last answer's arrival, so
- * idle times of sessions on different pages compare (and sort) as of one instant.
+ * The sessions the table shows, in one call. Sorted by a column, the master ranks every
+ * session of the tenant by it (with the filter) and answers the first PAGE_SIZE; unsorted, the
+ * first PAGE_SIZE in id order. Either way a refresh costs the master one walk of the sessions,
+ * however many there are, and the totals (over all of them) come with the answer.
  */
-async function loadAllSessions() {
-  const pages = [];
-  let cursor = "";
-  let answer = null;
-  for (;;) {
-    const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
-    if (cursor) params.set("cursor", cursor);
-    answer = await api(`/v1/memory/sessions?${params}`);
-    pages.push({ sessions: answer.sessions, at: performance.now() });
-    // A cursor that does not move would loop forever; the API never sends one, but a page
-    // that hangs the tab is worse than a short table.
-    if (!answer.next_cursor || answer.next_cursor === cursor) break;
-    cursor = answer.next_cursor;
+async function loadSessions() {
+  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (state.sortKey) {
+    params.set("sort", state.sortKey);
+    params.set("order", state.sortDescending ? "desc" : "asc");
   }
-  const end = pages[pages.length - 1].at;
-  const sessions = pages.flatMap((page) =>
-    page.sessions.map((s) => ({ ...s, idle_ms: s.idle_ms + Math.round(end - page.at) })),
-  );
-  return { totals: answer, sessions };
+  if (state.filter !== "all") params.set("pinned", String(state.filter === "pinned"));
+  const answer = await api(`/v1/memory/sessions?${params}`);
+  return { totals: answer, sessions: answer.sessions };
 }
 
 // ---- formatting -------------------------------------------------------------------------------
@@ -358,7 +349,8 @@ function sortBy(key) {
     state.sortKey = key;
     state.sortDescending = true;
   }
-  renderSessions();
+  renderSessions(); // at once, from what is loaded; the master's ranking follows
+  refresh();
 }
 
 function setFilter(filter) {
@@ -369,6 +361,7 @@ function setFilter(filter) {
     button.setAttribute("aria-pressed", String(active));
   }
   renderSessions();
+  refresh();
 }
 
 // ---- confirmation dialog ----------------------------------------------------------------------
@@ -459,9 +452,9 @@ async function releaseSession(sessionId) {
     message: [
       "Release session ",
       el("code", sessionId, { "data-testid": "confirm-session-id" }),
-      "? This frees its exclusive bytes, ",
+      "? This removes the pages only it holds, ",
       bytesNode(session.exclusive_bytes, "confirm-exclusive-bytes"),
-      ` (${exactBytes(session.exclusive_bytes)}) of the ${formatBytes(session.pages_bytes)} it caches; pages other sessions share stay cached.`,
+      ` (${exactBytes(session.exclusive_bytes)}; the allocator frees them rounded up to its alignment) of the ${formatBytes(session.pages_bytes)} it caches; pages other sessions share stay cached.`,
     ],
     okLabel: "Release session",
   });
@@ -548,7 +541,7 @@ function useToken(event) {
 }
 
 // ---- polling ----------------------------------------------------------------------------------
-/** Reads stats, segments and every session page, and redraws; one at a time. */
+/** Reads stats, segments and the sessions, and redraws; one at a time. */
 async function refresh() {
   if (state.awaitingToken) return;
   if (state.refreshing) {
@@ -564,7 +557,7 @@ async function refresh() {
     const [stats, segments, listing] = await Promise.all([
       api("/v1/memory/stats?history=true"),
       api("/v1/memory/segments"),
-      loadAllSessions(),
+      loadSessions(),
     ]);
     Object.assign(state, { lastStats: stats, sessions: listing.sessions, sessionTotals: listing.totals });
     renderStats(stats);

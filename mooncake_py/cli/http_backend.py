@@ -32,6 +32,7 @@ import dataclasses
 import http.client
 import json
 import ssl
+import time
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -347,13 +348,16 @@ class HttpMemoryBackend:
             headers["Authorization"] = f"Bearer {self._token}"
         if payload is not None:
             headers["Content-Type"] = "application/json"
+        # The timeout bounds each socket step and the whole answer: a server that trickles
+        # its answer byte by byte is cut off too.
+        deadline = self._timeout_s
         connection = self._connection()
         try:
             connection.request(
                 method, self._target.base_path + target, body=payload, headers=headers
             )
             response = connection.getresponse()
-            status, raw = response.status, response.read()
+            status, raw = response.status, _read_within(response, time.monotonic() + deadline)
         except TimeoutError as exc:
             raise UnavailableError(
                 ErrorCode.RPC_TIMEOUT, f"{method} {path}: no answer within {self._timeout_s:g}s"
@@ -400,6 +404,31 @@ class HttpMemoryBackend:
 
 
 # -- JSON to typed results ---------------------------------------------------------------------
+
+
+MAX_ANSWER_BYTES = 64 << 20
+"""The largest answer read (a listing page of 4096 sessions is about 1.5 MiB)."""
+
+
+def _read_within(response: http.client.HTTPResponse, deadline: float) -> bytes:
+    """The answer's body, read in parts until ``deadline`` (``time.monotonic()``).
+
+    Raises:
+        TimeoutError: the deadline passed first.
+        http.client.HTTPException: the body is larger than :data:`MAX_ANSWER_BYTES`.
+    """
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer did not arrive in time")
+        part = response.read1(1 << 16)
+        if not part:
+            return b"".join(parts)
+        size += len(part)
+        if size > MAX_ANSWER_BYTES:
+            raise http.client.HTTPException(f"answer larger than {MAX_ANSWER_BYTES} bytes")
+        parts.append(part)
 
 
 def _list(data: dict[str, Any], name: str) -> list[dict[str, Any]]:

@@ -19,9 +19,8 @@ from tests.browser.world import MIB, PINNED, World, running_world, write_session
 
 TOKEN_KEY = "mooncake-py.dashboard.token"
 ROWS = "[data-testid=session-row]"
-# Short polls keep the tests quick; page_size=2 makes the page follow next_cursor over three
-# pages for the five sessions.
-PAGE = "/?refresh=400&page_size=2"
+# Short polls keep the tests quick.
+PAGE = "/?refresh=400"
 
 
 @pytest.fixture
@@ -96,7 +95,7 @@ def test_page_loads_clean_and_shows_the_apis_figures(
         (s["segmentName"], int(s["usedBytes"]), int(s["capacityBytes"])) for s in shown_segments
     ] == [(s["name"], s["used_bytes"], s["capacity_bytes"]) for s in segments]
 
-    api_sessions = world.all_sessions(limit=2)  # the cursor walk as the page does it
+    api_sessions = world.all_sessions()
     assert [
         (r["sessionId"], r["pinned"], int(r["bytes"]), int(r["exclusiveBytes"]))
         for r in table_rows(page)
@@ -157,12 +156,37 @@ def test_sessions_sort_by_clicked_column_both_ways(
     assert_no_problems(dashboard)
 
 
+def test_a_short_table_shows_the_masters_top_sessions_of_all(
+    dashboard: DashboardPage, world: World
+) -> None:
+    # Two rows for five sessions: sorted, they are the two largest of all five, ranked by
+    # the master (not the two the page happened to load), and the totals count all five.
+    page = open_dashboard(dashboard, world, "/?refresh=400&page_size=2")
+    api_sessions = world.all_sessions()
+    largest = [
+        s["session_id"]
+        for s in sorted(api_sessions, key=lambda s: (-s["exclusive_bytes"], s["session_id"]))
+    ][:2]
+    page.locator("[data-testid=sort-exclusive]").click()
+    wait_for_fresh_poll(page)
+    assert [r["sessionId"] for r in table_rows(page)] == largest
+    assert (page.text_content("#sessions-count") or "").startswith("2 shown of 5")
+    page.click("[data-testid=filter-pinned]")
+    wait_for_fresh_poll(page)
+    assert [r["sessionId"] for r in table_rows(page)] == [PINNED]
+    assert_no_problems(dashboard)
+
+
 def test_filters_show_pinned_and_unpinned_sessions(dashboard: DashboardPage, world: World) -> None:
+    # The filter goes to the master (its ranking covers every session): each change shows
+    # once the poll it starts is drawn.
     page = open_dashboard(dashboard, world)
     page.click("[data-testid=filter-pinned]")
+    wait_for_fresh_poll(page)
     assert [r["sessionId"] for r in table_rows(page)] == [PINNED]
     dashboard.screenshot("pinned")
     page.click("[data-testid=filter-unpinned]")
+    wait_for_fresh_poll(page)
     unpinned = [r["sessionId"] for r in table_rows(page)]
     assert unpinned == ["conv-alpha", "conv-beta", "conv-delta", "conv-epsilon"]
     assert all(r["pinned"] == "false" for r in table_rows(page))
@@ -176,6 +200,7 @@ def test_filters_show_pinned_and_unpinned_sessions(dashboard: DashboardPage, wor
         "conv-epsilon",
     ]
     page.click("[data-testid=filter-all]")
+    wait_for_fresh_poll(page)
     assert len(table_rows(page)) == 5
     assert table_rows(page)[0]["sessionId"] == "conv-delta"
     assert_no_problems(dashboard)

@@ -424,3 +424,129 @@ def test_master_subprocess_serves_the_api_and_its_document(make_store) -> None: 
         before = allocated(port)
         answer = ok(port, "/v1/memory/release_session", {"session_id": "conv-b"})
         assert answer["freed_bytes"] == before - allocated(port) == 2 * PAGE
+
+
+def test_sorted_listing_ranks_every_session_in_one_answer(
+    checked_master: InProcessMaster, make_store
+) -> None:  # type: ignore[no-untyped-def]
+    port = http_port(checked_master)
+    store = make_store(checked_master.address, 8 << 20)
+    sizes = {"s-small": 1, "s-big": 5, "s-mid": 3, "s-mid2": 3}
+    for session, pages in sizes.items():
+        keys = [f"{session}/{i}" for i in range(pages)]
+        assert store.put_batch(keys, [b"x" * PAGE] * pages, tagged(session, keys=pages)) == 0
+    store.pin_kv_session("s-mid2")
+    top = ok(port, "/v1/memory/sessions?sort=pages_bytes&limit=3")
+    # Largest first; equal figures by id.
+    assert [s["session_id"] for s in top["sessions"]] == ["s-big", "s-mid", "s-mid2"]
+    assert (top["next_cursor"], top["total_sessions"], top["total_pages_cached"]) == ("", 4, 12)
+    bottom = ok(port, "/v1/memory/sessions?sort=pages_bytes&order=asc&limit=2")
+    assert [s["session_id"] for s in bottom["sessions"]] == ["s-small", "s-mid"]
+    pinned = ok(port, "/v1/memory/sessions?sort=exclusive_bytes&pinned=true")
+    assert [s["session_id"] for s in pinned["sessions"]] == ["s-mid2"]
+    # The pin touched s-mid2 last: it is the least idle.
+    idle = ok(port, "/v1/memory/sessions?sort=idle_ms&order=asc&limit=1")
+    assert [s["session_id"] for s in idle["sessions"]] == ["s-mid2"]
+    assert call(port, "/v1/memory/sessions?sort=colour")[0] == 400
+    assert call(port, "/v1/memory/sessions?sort=idle_ms&order=up")[0] == 400
+
+
+def test_odd_input_never_answers_500(checked_master: InProcessMaster) -> None:
+    port = http_port(checked_master)
+    release, stale = "/v1/memory/release_session", "/v1/memory/release_stale_sessions"
+    cases: list[tuple[str, Any, bytes | None]] = [
+        ("/v1/memory/sessions?limit=" + "9" * 5000, None, None),
+        ("/v1/memory/sessions?min_idle_minutes=1e999", None, None),
+        ("/v1/memory/sessions?min_idle_minutes=" + "1" * 400, None, None),
+        (stale, {"max_idle_minutes": 10**400}, None),
+        (stale, {"max_idle_minutes": 1e13}, None),
+        (release, None, b"[" * 100_000),
+        (release, None, b'{"session_id": ' + b"[" * 100_000 + b"}"),
+        (release, None, b'{"session_id": "\\ud800"}'),
+        (release, None, b"\xff\xfe"),
+    ]
+    for path, body, raw in cases:
+        status, headers, answer = call(port, path, body, raw=raw)
+        assert status == 400, (path, status, answer)
+        assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_browsers_are_refused_what_another_site_could_make_them_send(
+    checked_master: InProcessMaster, make_store
+) -> None:  # type: ignore[no-untyped-def]
+    port = http_port(checked_master)
+    store = make_store(checked_master.address, 8 << 20)
+    write_conversations(store)
+
+    def send(path: str, method: str, headers: dict[str, str], body: bytes = b"") -> int:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            connection.putrequest(method, path, skip_host=True)
+            for name, value in headers.items():
+                connection.putheader(name, value)
+            if body:
+                connection.putheader("Content-Length", str(len(body)))
+            connection.endheaders(body or None)
+            return connection.getresponse().status
+        finally:
+            connection.close()
+
+    here = f"127.0.0.1:{port}"
+    json_body = json.dumps({"session_id": "conv-a"}).encode()
+    post = {"Content-Type": JSON_TYPE}
+    # DNS rebinding: a page whose name points here reads nothing and releases nothing.
+    rebound = {"Host": f"evil.example:{port}", "Sec-Fetch-Site": "same-origin"}
+    assert send("/v1/memory/sessions", "GET", rebound) == 403
+    origin = {"Origin": f"http://evil.example:{port}"}
+    assert (
+        send("/v1/memory/release_session", "POST", {**rebound, **origin, **post}, json_body) == 403
+    )
+    # A form on another site posting to the loopback port.
+    form = {"Host": here, "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+    form_type = {"Content-Type": "application/x-www-form-urlencoded"}
+    assert send("/api/v1/remove_all?force=true", "POST", {**form, **form_type}) == 403
+    assert send("/v1/memory/release_session", "POST", {**form, **post}, json_body) == 403
+    assert store.batch_is_exist(["a0", "a1", "a2", "shared", "b0"]) == [1] * 5
+    # The page itself, on the port's own address, and scripts without browser headers.
+    page = {"Host": here, "Origin": f"http://{here}", "Sec-Fetch-Site": "same-origin"}
+    assert send("/", "GET", {"Host": here, "Sec-Fetch-Site": "none"}) == 200
+    assert (
+        send(
+            "/v1/memory/sessions",
+            "GET",
+            {"Host": f"localhost:{port}", "Sec-Fetch-Site": "same-origin"},
+        )
+        == 200
+    )
+    assert send("/v1/memory/release_session", "POST", {**page, **post}, json_body) == 200
+    assert send("/v1/memory/sessions", "GET", {"Host": f"evil.example:{port}"}) == 200
+    assert store.is_exist("a0") == 0
+
+
+def test_allowed_hosts_let_browsers_use_a_name(make_store) -> None:  # type: ignore[no-untyped-def]
+    with InProcessMaster(http_allowed_hosts="dash.example, other.example") as master:
+        connection = http.client.HTTPConnection("127.0.0.1", master.metrics_port, timeout=30)
+        try:
+            connection.putrequest("GET", "/v1/memory/stats", skip_host=True)
+            connection.putheader("Host", f"DASH.example:{master.metrics_port}")
+            connection.putheader("Sec-Fetch-Site", "same-origin")
+            connection.endheaders()
+            assert connection.getresponse().status == 200
+        finally:
+            connection.close()
+
+
+def test_open_metrics_name_no_tenant_without_an_admin_token(token_master: InProcessMaster) -> None:
+    port = http_port(token_master)
+    a = token_store(token_master.address, "token-a")
+    try:
+        assert a.put("a-page", b"a" * PAGE, tagged("conv-a")) == 0
+        for token, shown in ((None, False), ("token-a", False), ("token-admin", True)):
+            status, _, body = call(port, "/metrics", token=token)
+            assert status == 200
+            text = body.decode()
+            assert ("tenant-a" in text) is shown, token
+            assert ("master_tenant_objects" in text) is shown, token
+            assert "master_key_count 1.0" in text
+    finally:
+        a.close()

@@ -210,6 +210,36 @@ def test_a_server_that_never_answers_times_out() -> None:
     assert code == 3 and "no answer within 0.3s" in err
 
 
+def test_a_server_that_trickles_its_answer_is_cut_off() -> None:
+    # Headers at once, then one byte of a body that never ends every 50 ms: each socket read
+    # returns in time, so only a deadline on the whole answer ends the call.
+    stop = threading.Event()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def trickle() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[")
+                while not stop.wait(0.05):
+                    try:
+                        connection.sendall(b" ")
+                    except OSError:
+                        return
+
+        server = threading.Thread(target=trickle, daemon=True)
+        server.start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        try:
+            code, _, err = _cli("--http", url, "--timeout", "0.5", "stats")
+        finally:
+            stop.set()
+            server.join(timeout=5)
+    assert code == 3 and "no answer within 0.5s" in err
+
+
 def test_a_closed_backend_refuses_calls() -> None:
     backend = HttpMemoryBackend(HttpTarget.parse("http://127.0.0.1:1"), "", "", 1.0)
     backend.close()
