@@ -66,6 +66,15 @@ bench-baseline: $(STAMP)
 compare: $(STAMP)
 	$(PY) -m tests.bench.store_bench compare $(A) $(B)
 
+# a new run against the committed reference run (tests/bench/reference/, the newest of the new
+# run's mode unless REF=...): rows that moved by more than THRESHOLD (default 0.10) are flagged,
+# and differences between the two machine descriptions are listed:
+# make compare-reference B=bench-results/store-bench-<timestamp>.json [THRESHOLD=0.05] [REF=...]
+.PHONY: compare-reference
+compare-reference: $(STAMP)
+	@test -n "$(B)" || { echo "usage: make compare-reference B=<new run's JSON> [THRESHOLD=0.10] [REF=<reference JSON>]"; exit 2; }
+	$(PY) -m tests.bench.store_bench compare-reference $(if $(REF),--reference '$(REF)') $(if $(THRESHOLD),--threshold $(THRESHOLD)) '$(B)'
+
 # Property-based fuzz, large: make fuzz FUZZ_EXAMPLES=20000 FUZZ_SEED=7 (prints calls, findings)
 FUZZ_EXAMPLES ?= 10000
 FUZZ_SEED ?= 0

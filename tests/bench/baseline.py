@@ -184,7 +184,7 @@ def table_lines(results: dict[str, Any]) -> list[str]:
         "working tree is faster); verdict 'no difference' when the reps' interquartile ranges",
         "overlap. Cost = 1 - ratio when the working tree is slower.",
         *_load_line(results),
-        f"{'Workload':<38} {'working tree':>16} {'spread':>6} {'baseline':>16} {'spread':>6} "
+        f"{'Workload':<44} {'working tree':>16} {'spread':>6} {'baseline':>16} {'spread':>6} "
         f"{'ratio':>7} {'reps':>5}  verdict",
     ]
     for row in results["rows"]:
@@ -192,11 +192,11 @@ def table_lines(results: dict[str, Any]) -> list[str]:
         ours = row[PY]
         unit = row["unit"]
         if theirs is None:
-            lines.append(f"{row['label']:<38} {fmt_rate(ours['value'], unit):>16}  (no baseline)")
+            lines.append(f"{row['label']:<44} {fmt_rate(ours['value'], unit):>16}  (no baseline)")
             continue
         reps = f"{len(ours['reps'])}/{len(theirs['reps'])}"
         lines.append(
-            f"{row['label']:<38} {fmt_rate(ours['value'], unit):>16} {_spread(ours):>6} "
+            f"{row['label']:<44} {fmt_rate(ours['value'], unit):>16} {_spread(ours):>6} "
             f"{fmt_rate(theirs['value'], unit):>16} {_spread(theirs):>6} "
             f"{row['baseline_ratio']:>6.3f}x {reps:>5}  {row['baseline_verdict']}"
         )

@@ -18,7 +18,7 @@ from mooncake_py.testing import MasterProcess
 from tests.bench import upstream as up
 from tests.bench.common import FORCE_TCP_ENV, MIB, Child, size_label
 from tests.bench.plan import SegmentBudget
-from tests.bench.rows import SMALL_SIZES, small_calls
+from tests.bench.rows import ROUND_TRIP_SIZES, SMALL_SIZES, small_calls
 
 if TYPE_CHECKING:
     from tests.bench.store_bench import Bench, Side
@@ -157,6 +157,27 @@ def data_round(bench: Bench, side: Side, rnd: int, size: int) -> None:
         bench.remove(side, b, f"{prefix}/b", n, size)
 
 
+def round_trip_round(bench: Bench, side: Side, rnd: int) -> None:
+    """Single process: A takes rounds of ``get`` a key, ``remove`` it (forced), ``put`` it
+    again, one timed round per key (the worker's ``read_remove_write``); as many rounds as
+    the single-value rows of the size make calls."""
+    plan = bench.plan
+    assert side.team is not None and side.budget is not None
+    a = side.team.a
+    for size in ROUND_TRIP_SIZES:
+        label = size_label(size)
+        row = bench.row(side, f"local.read_remove_write.{label}")
+        if row is None:
+            continue
+        n = plan.local_calls.get(size, min(plan.local_calls.values()))
+        prefix = f"{bench.tag}/{side.short}/local/rrw-{label}/r{rnd}"
+        side.budget.reserve(n * size)
+        answer = side.check.absorb(a.call(cmd="read_remove_write", prefix=prefix, n=n, size=size))
+        if rnd >= plan.warmup:
+            row.add(answer)
+        bench.remove(side, a, prefix, n, size)
+
+
 def small_round(bench: Bench, side: Side, rnd: int) -> None:
     """Opt-in rows: A writes small values (untimed), B reads each one with ``get`` and
     with ``get_into``."""
@@ -187,9 +208,45 @@ def metadata_keys(bench: Bench, side: Side) -> tuple[str, str, int]:
     return f"{bench.tag}/{side.short}/meta", f"{bench.tag}/{side.short}/absent", keys
 
 
+def batch_probe(
+    bench: Bench, side: Side, reader: Child, probe: str, size: int, where: str
+) -> dict[str, Any]:
+    """One rep of ``batch_is_exist`` calls of ``size`` keys from ``reader``, its answer.
+
+    Args:
+        probe: "" (warm: the metadata keys A wrote and read back, probed again every call),
+            "cold." (A writes fresh keys, one set per call, untimed, right before; each set
+            is probed once and removed after) or "miss." (fresh absent keys, one set per
+            call).
+        where: what makes the rep's cold and missing keys its own (variant and rep).
+    """
+    assert side.team is not None
+    calls = bench.plan.batch_exist_calls[size]
+    if not probe:
+        prefix = metadata_keys(bench, side)[0]
+        return side.check.absorb(reader.call(cmd="batch_exist", prefix=prefix, n=size, calls=calls))
+    keys = f"{bench.tag}/{side.short}/{probe.rstrip('.')}{size}{where}"
+    command: dict[str, Any] = {
+        "cmd": "batch_exist",
+        "prefix": keys,
+        "n": size,
+        "calls": calls,
+        "distinct": True,
+    }
+    if probe == "miss.":
+        return side.check.absorb(reader.call(**command, expect=0))
+    a, value = side.team.a, bench.plan.meta_value
+    bench.put(side, a, keys, size * calls, value, min(size, 256))
+    try:
+        return side.check.absorb(reader.call(**command, expect=1))
+    finally:
+        bench.remove(side, a, keys, size * calls, value)
+
+
 def metadata_rep(bench: Bench, side: Side, rep: int) -> None:
     """From each reader (variant "" = default master transport, ".grpc" = gRPC): is_exist of
-    a present and an absent key, batch_is_exist of each size, and remove of fresh keys
+    a present and an absent key, batch_is_exist of each size (warm, cold and all-absent
+    keys, :func:`batch_probe`), and remove of fresh keys
     (each only when its row is selected). Rep 0 warms up."""
     plan = bench.plan
     assert side.team is not None
@@ -204,15 +261,13 @@ def metadata_rep(bench: Bench, side: Side, rep: int) -> None:
             if rep:
                 row.add(answer)
         for size in plan.batch_exist_sizes:
-            row = bench.row(side, f"meta.batch_is_exist.{size}{variant}")
-            if row is None:
-                continue
-            calls = plan.batch_exist_calls[size]
-            answer = side.check.absorb(
-                reader.call(cmd="batch_exist", prefix=prefix, n=size, calls=calls)
-            )
-            if rep:
-                row.add(answer, keys_per_call=size)
+            for probe in ("", "cold.", "miss."):
+                row = bench.row(side, f"meta.batch_is_exist.{probe}{size}{variant}")
+                if row is None:
+                    continue
+                answer = batch_probe(bench, side, reader, probe, size, f"{variant}/r{rep}")
+                if rep:
+                    row.add(answer, keys_per_call=size)
         row = bench.row(side, f"meta.remove{variant}")
         if row is None:
             continue
@@ -236,6 +291,8 @@ def store_phase(bench: Bench, sides: Sequence[Side], path: str) -> None:
     rounds: list[tuple[str, Any]] = []
     if path == "shm" and bench.wants("local"):
         rounds.append(("single process", functools.partial(local_round, bench)))
+    if path == "shm" and bench.wants("local", op="read_remove_write"):
+        rounds.append(("get, remove, put", functools.partial(round_trip_round, bench)))
     if bench.wants(path, opt_in=True):
         rounds.append(("small values", functools.partial(small_round, bench)))
     for size in plan.sizes:

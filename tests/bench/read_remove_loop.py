@@ -10,6 +10,10 @@ subprocess with ``--default_kv_lease_ttl LEASE`` and one client process contribu
 2. ``get`` each key once and compare every byte with what this round wrote;
 3. ``batch_remove(keys, force=True)``.
 
+(Its timed counterpart, one small key per round, is the store benchmark's row
+``local.read_remove_write.4KiB``: ``get``, forced ``remove``, ``put`` again, in rounds/s, for
+mooncake-py and upstream taking turns; see :mod:`tests.bench.store_bench`.)
+
 A get fails when it returns empty bytes, or bytes other than this round's value ("stale" when
 they are an earlier round's value of the key, e.g. because a put reported 0 but kept the old
 bytes, "wrong" otherwise). The table gives, per lease: puts ok / failed, gets ok / failed

@@ -1,5 +1,5 @@
 """Turning raw measurements into figures: limits, workload rows, ratios and their noise, the
-table, the targets and the comparison of two result files."""
+table and the targets (the comparison of two result files is :mod:`tests.bench.compare`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ PACKAGES = ("grpcio", "protobuf", "pyarrow", "numpy", "mooncake-py")
 NO_DIFFERENCE = "no difference"
 
 
+def _os_name() -> str:
+    """The distribution's PRETTY_NAME from /etc/os-release ("" when there is none)."""
+    try:
+        return platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        return ""
+
+
 def machine() -> dict[str, Any]:
     """Where the figures were taken."""
     cpu_model = ""
@@ -37,6 +45,9 @@ def machine() -> dict[str, Any]:
         memory = 0
     return {
         "platform": platform.platform(),
+        "kernel": platform.release(),
+        "kernel_version": platform.version(),
+        "os": _os_name(),
         "machine": platform.machine(),
         "cpu_model": cpu_model,
         "cpu_count": os.cpu_count(),
@@ -260,7 +271,7 @@ def _versions_line(name: str, versions: dict[str, Any] | None) -> str:
 
 def _workload_lines(results: dict[str, Any]) -> list[str]:
     compared = results.get("compared", False)
-    header = f"{'Workload':<38} {PY:>16} {'spread':>6} {'p50 us':>8} {'p99 us':>8}"
+    header = f"{'Workload':<44} {PY:>16} {'spread':>6} {'p50 us':>8} {'p99 us':>8}"
     if compared:
         header += f" {UPSTREAM:>16} {'spread':>6} {'p50 us':>8} {'ratio':>7} {'verdict':<13}"
     header += f"  {'limit':<20} {'limit value':>16} {'of limit':>8}"
@@ -274,7 +285,7 @@ def _workload_lines(results: dict[str, Any]) -> list[str]:
             ours, theirs = row[PY], row.get(UPSTREAM)
             unit = row["unit"]
             text = (
-                f"{row['label']:<38} {fmt_rate(ours['value'], unit):>16} "
+                f"{row['label']:<44} {fmt_rate(ours['value'], unit):>16} "
                 f"{_fmt_spread(ours.get('spread')):>6} {_fmt_us(ours.get('p50_us')):>8} "
                 f"{_fmt_us(ours.get('p99_us')):>8}"
             )
@@ -342,6 +353,7 @@ def table(results: dict[str, Any]) -> str:
         f"mooncake-py store benchmark ({results['mode']}): {info['cpu_count']} CPUs "
         f"({info['cpu_model'] or info['machine']}), {info['memory_bytes'] / 2**30:.0f} GiB, "
         f"{info['platform']}, 127.0.0.1 only",
+        _load_line(results),
         "versions:",
         _versions_line(PY, versions.get(PY) or results.get("packages")),
         _versions_line(UPSTREAM, versions.get(UPSTREAM)),
@@ -386,6 +398,15 @@ def table(results: dict[str, Any]) -> str:
     if results.get("targets"):
         lines += ["", *targets_lines(results["targets"], results.get("targets_context", ()))]
     return "\n".join(lines)
+
+
+def _load_line(results: dict[str, Any]) -> str:
+    load = results.get("load_average") or {}
+    start, end = load.get("start"), load.get("end")
+    if not start or not end:
+        return "load average (1/5/15 min): not recorded"
+    shown = ("/".join(f"{v:.2f}" for v in start), "/".join(f"{v:.2f}" for v in end))
+    return f"load average (1/5/15 min): {shown[0]} at the start, {shown[1]} at the end"
 
 
 def values_text(sizes: Sequence[int], counts: dict[int, int]) -> str:
@@ -549,64 +570,3 @@ def targets_lines(targets: list[dict[str, Any]], context: Sequence[str] = ()) ->
         for check in target["checks"]:
             lines.append(f"    {check['status']:<22} {check['what']}: {check['measured']}")
     return lines + list(context)
-
-
-# ---------------------------------------------------------------------------------------------
-# compare A.json B.json
-
-
-def _figures(results: dict[str, Any], impl: str) -> dict[str, dict[str, Any]]:
-    """Per row id: label, unit and the figures of ``impl`` (schema 1 files: mooncake-py only)."""
-    found = {}
-    for row in results.get("rows", []):
-        old_schema = results.get("schema", 1) < 2
-        figures = (row if impl == PY else None) if old_schema else row.get(impl)
-        if impl == UPSTREAM and row.get("upstream_id") != row["id"]:
-            continue  # the same upstream figure, shown next to another mooncake-py row
-        if figures:
-            label = row["label"].removesuffix(" (stream)") if impl == UPSTREAM else row["label"]
-            found[row["id"]] = {"label": label, "unit": row["unit"], **figures}
-    return found
-
-
-def compare_table(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) -> str:
-    """Ratio table B / A for every row both result files have, per implementation."""
-    lines = [
-        f"A: {names[0]} ({a.get('mode')}, {a.get('started_at')})",
-        f"B: {names[1]} ({b.get('mode')}, {b.get('started_at')})",
-        f"ratio = B / A; '{NO_DIFFERENCE}' when the reps' interquartile ranges overlap.",
-    ]
-    for impl in IMPLEMENTATIONS:
-        fa, fb = _figures(a, impl), _figures(b, impl)
-        common = [
-            row_id for row_id in fa if row_id in fb and fa[row_id]["unit"] == fb[row_id]["unit"]
-        ]
-        if not common:
-            continue
-        lines += [
-            "",
-            f"{impl}",
-            f"{'Workload':<40} {'A':>16} {'spread':>6} {'B':>16} {'spread':>6} {'B/A':>7}  verdict",
-        ]
-        for row_id in common:
-            ra, rb = fa[row_id], fb[row_id]
-            ratio = rb["value"] / ra["value"] if ra["value"] else None
-            lines.append(
-                f"{rb['label']:<40} {fmt_rate(ra['value'], ra['unit']):>16} "
-                f"{_fmt_spread(ra.get('spread')):>6} {fmt_rate(rb['value'], rb['unit']):>16} "
-                f"{_fmt_spread(rb.get('spread')):>6} {_fmt_ratio(ratio):>7}  "
-                f"{verdict(rb.get('reps', []), ra.get('reps', []))}"
-            )
-        only = sorted(set(fa) ^ set(fb))
-        if only:
-            lines.append(f"  (rows in only one file: {', '.join(only)})")
-    for impl in IMPLEMENTATIONS:
-        pa = (a.get("pressure") or {}).get(impl)
-        pb = (b.get("pressure") or {}).get(impl)
-        if pa and pb:
-            lines.append(
-                f"memory pressure ({impl}): failed puts {pa['failed_puts']:.0f} -> "
-                f"{pb['failed_puts']:.0f}, readable {pa['readable']:.0f} -> {pb['readable']:.0f}, "
-                f"wrong {pa['wrong']:.0f} -> {pb['wrong']:.0f}"
-            )
-    return "\n".join(lines)

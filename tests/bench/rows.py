@@ -125,6 +125,34 @@ def _cross(plan: Plan, path: str) -> list[dict[str, Any]]:
     return rows
 
 
+# batch_is_exist probes: (probe, id part, label part). "warm": the same present keys every call,
+# just written and read back by their writer; "cold": keys another client has just written,
+# each probed once (the first probe after the write); "miss": every key absent.
+PROBES = (("warm", "", ""), ("cold", "cold.", ", cold"), ("miss", "miss.", ", absent"))
+# get -> remove -> put rounds (one row per size), single process
+ROUND_TRIP_SIZES = (4 * KIB,)
+
+
+def _round_trips(plan: Plan) -> list[dict[str, Any]]:
+    del plan  # the same rows in every mode; the round counts are the plan's local_calls
+    rows = []
+    for size in ROUND_TRIP_SIZES:
+        label = size_label(size)
+        rows.append(
+            {
+                "id": f"local.read_remove_write.{label}",
+                "group": "local",
+                "label": f"get, remove, put {label} (rounds/s)",
+                "op": "read_remove_write",
+                "size": size,
+                "batch": 1,
+                "unit": "ops/s",
+                "limit_id": "pingpong",
+            }
+        )
+    return rows
+
+
 def _meta(plan: Plan) -> list[dict[str, Any]]:
     rows = []
     for variant in ("", ".grpc"):
@@ -143,18 +171,20 @@ def _meta(plan: Plan) -> list[dict[str, Any]]:
                 }
             )
         for size in plan.batch_exist_sizes:
-            rows.append(
-                {
-                    "id": f"meta.batch_is_exist.{size}{variant}",
-                    **common,
-                    "op": "batch_is_exist",
-                    "unit": "keys/s",
-                    "batch": size,
-                    "label": f"B batch_is_exist {size} keys{how}",
-                    "limit_id": f"grpc_echo_BatchExistKey{size}",
-                    "limit_scale": size,
-                }
-            )
+            for probe, id_part, text in PROBES:
+                rows.append(
+                    {
+                        "id": f"meta.batch_is_exist.{id_part}{size}{variant}",
+                        **common,
+                        "op": "batch_is_exist",
+                        "probe": probe,
+                        "unit": "keys/s",
+                        "batch": size,
+                        "label": f"B batch_is_exist {size} keys{text}{how}",
+                        "limit_id": f"grpc_echo_BatchExistKey{size}",
+                        "limit_scale": size,
+                    }
+                )
         rows.append(
             {
                 "id": f"meta.remove{variant}",
@@ -172,7 +202,8 @@ def catalogue(plan: Plan) -> dict[str, dict[str, Any]]:
 
     Complexity: O(rows); the plan is not changed.
     """
-    rows = _local(plan) + _cross(plan, "shm") + _cross(plan, "tcp") + _meta(plan)
+    rows = _local(plan) + _round_trips(plan) + _cross(plan, "shm") + _cross(plan, "tcp")
+    rows += _meta(plan)
     return {row["id"]: row for row in rows}
 
 

@@ -7,6 +7,11 @@ Run from the repository root::
         [--rounds N] [--json PATH] [--profile DIR]
     .venv/bin/python -m tests.bench.store_bench --list-rows [--quick | --tiny]
     .venv/bin/python -m tests.bench.store_bench compare A.json B.json
+    .venv/bin/python -m tests.bench.store_bench compare-reference [--reference REF.json]
+        [--threshold 0.10] [--strict] NEW.json
+
+(the command line is :mod:`tests.bench.store_bench_cli`; the comparisons
+:mod:`tests.bench.compare`).
 
 One run measures, in one process tree:
 
@@ -15,12 +20,15 @@ One run measures, in one process tree:
    the store phases;
 2. mooncake-py (:mod:`tests.bench.worker` processes, a master on a free 127.0.0.1 port):
    - single process: the segment owner A ``put`` / ``get`` / ``put_from`` / ``get_into`` at
-     4 KiB .. 16 MiB and the batch forms at 64 x 64 KiB, 16 x 1 MiB, 32 x 4 MiB;
+     4 KiB .. 16 MiB and the batch forms at 64 x 64 KiB, 16 x 1 MiB, 32 x 4 MiB; and rounds
+     of ``get`` a 4 KiB key, ``remove`` it (forced), ``put`` it again (rounds/s);
    - cross-process, shared memory and then ``MOONCAKE_PY_FORCE_TCP=1``: A writes with
      ``batch_put_from``, B (no segment) reads with ``get_into`` / ``batch_get_into`` and writes
      into A's segment with ``put_from``;
-   - metadata from B: ``is_exist`` (present / absent key), ``batch_is_exist`` (keys/s) and
-     ``remove``, over the master's stream channel (the default) and over gRPC
+   - metadata from B: ``is_exist`` (present / absent key), ``batch_is_exist`` (keys/s) of
+     keys A wrote and read back (probed again every call), of keys A has just written and
+     nobody has probed (cold: each key probed once) and of absent keys, and ``remove``, over
+     the master's stream channel (the default) and over gRPC
      (``MOONCAKE_PY_MASTER_TRANSPORT=grpc``);
    - memory pressure: one client with a 256 MiB segment puts 1 GiB of 1 MiB values against a
      master with its default eviction, then reads every key back;
@@ -54,13 +62,10 @@ reads failed verification, 2 when a pattern or the revision is unusable.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import dataclasses
-import json
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -73,7 +78,7 @@ from mooncake_py.testing import MasterProcess
 from tests.bench import baseline as base
 from tests.bench import limits as lim
 from tests.bench import upstream as up
-from tests.bench.common import MIB, ROOT, Child, size_label
+from tests.bench.common import MIB, Child, size_label
 from tests.bench.phases import Team, pressure_rep, store_phase
 from tests.bench.plan import Plan, SegmentBudget, Verification, echo_payloads, plan_for
 from tests.bench.record import results_record
@@ -81,11 +86,9 @@ from tests.bench.report import (
     PY,
     UPSTREAM,
     RowAccumulator,
-    compare_table,
     limit_figure,
-    table,
 )
-from tests.bench.rows import NoSuchRows, catalogue, parse_patterns, select
+from tests.bench.rows import catalogue, select
 from tests.bench.rows import upstream_peer as upstream_peer  # the record's pairing, re-exported
 
 PHASE_GROUPS = ("local", "shm", "meta")  # the row groups the shm phase measures
@@ -540,126 +543,12 @@ def run(
     return results_record(bench, wall_start)
 
 
-def default_json_path() -> Path:
-    return ROOT / "bench-results" / f"store-bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
-
-
-def compare_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="store_bench compare", description="ratio table B / A between two result files"
-    )
-    parser.add_argument("a", type=Path)
-    parser.add_argument("b", type=Path)
-    args = parser.parse_args(argv)
-    first, second = (json.loads(path.read_text()) for path in (args.a, args.b))
-    print(compare_table(first, second, (str(args.a), str(args.b))))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "compare":
-        return compare_main(argv[1:])
-    parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n", 1)[0],
-        epilog="'store_bench compare A.json B.json' prints the ratio table between two runs.",
-    )
-    parser.add_argument("--quick", action="store_true", help="fewer iterations (< 60 s)")
-    parser.add_argument("--tiny", action="store_true", help="plumbing check on small values")
-    parser.add_argument("--json", type=Path, default=None, help="where to write the JSON record")
-    parser.add_argument("--profile", default="", help="directory for workers' cProfile dumps")
-    parser.add_argument(
-        "--compare-mooncake",
-        action="store_true",
-        help="also run upstream Mooncake Store (PyPI wheel, own venv) with the same workloads",
-    )
-    parser.add_argument(
-        "--install-deps",
-        action="store_true",
-        help="create upstream's venv, pip-install its wheel and apt-get libibverbs1 when "
-        "missing (implies --compare-mooncake)",
-    )
-    parser.add_argument(
-        "--baseline-rev",
-        metavar="REV",
-        default=None,
-        help="also run this git revision of mooncake-py (built once into a scratch directory), "
-        "taking turns with the working tree; the report gives the ratio working tree / baseline",
-    )
-    parser.add_argument(
-        "--rows",
-        metavar="PATTERN[,PATTERN]",
-        action="append",
-        default=None,
-        help="measure only the rows whose label or id matches a pattern (substring, or glob "
-        "with * ? [ ]; case-insensitive; repeatable); skips memory pressure",
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=None,
-        help="timed rounds (reps) per workload and metadata reps, instead of the mode's",
-    )
-    parser.add_argument(
-        "--list-rows", action="store_true", help="print every row's label and id, then exit"
-    )
-    parser.add_argument(
-        "--upstream-venv",
-        type=Path,
-        default=None,
-        help=f"upstream's virtual environment (default ${up.VENV_ENV} or {up.DEFAULT_VENV})",
-    )
-    args = parser.parse_args(argv)
-    if args.list_rows:
-        for row_id, row in catalogue(plan_for(args.quick, args.tiny)).items():
-            opt_in = "  (only when selected)" if row.get("opt_in") else ""
-            print(f"{row['label']:<40} {row_id}{opt_in}")
-        return 0
-    try:
-        patterns = parse_patterns(args.rows)
-        if patterns is not None:
-            select(catalogue(plan_for(args.quick, args.tiny)), patterns)
-        if args.baseline_rev is not None:
-            base.resolve(args.baseline_rev)
-    except (NoSuchRows, base.BaselineUnavailable) as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
+    """The command line (:func:`tests.bench.store_bench_cli.main`): exit status 0, 1 when a
+    side's reads failed verification, 2 when an argument is unusable."""
+    from tests.bench.store_bench_cli import main as cli_main  # it imports this module
 
-    def terminate(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds through run(), which stops every process
-
-    signal.signal(signal.SIGTERM, terminate)
-    upstream_venv = None
-    if args.compare_mooncake or args.install_deps:
-        upstream_venv = (args.upstream_venv or up.default_venv()).resolve()
-        try:
-            up.ensure(upstream_venv, args.install_deps)
-        except up.UpstreamUnavailable as exc:
-            print(str(exc), file=sys.stderr)
-            return 2
-    if args.profile:
-        Path(args.profile).mkdir(parents=True, exist_ok=True)
-        args.profile = str(Path(args.profile).resolve())
-    try:
-        results = run(
-            args.quick,
-            args.tiny,
-            args.profile,
-            upstream_venv,
-            patterns,
-            args.baseline_rev,
-            args.rounds,
-        )
-    except base.BaselineUnavailable as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    path: Path = args.json or default_json_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
-    print(table(results))
-    print("\n".join(base.table_lines(results)))
-    print(f"\nJSON: {path}")
-    return 0 if all(check["ok"] for check in results["verification"].values()) else 1
+    return cli_main(argv)
 
 
 if __name__ == "__main__":

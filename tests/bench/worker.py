@@ -14,7 +14,10 @@ line (``{"error": ...}`` on failure). Commands:
   ``mode="copy"``: ``put`` / ``put_batch`` of a view of it;
 - ``get``: read them back (``get_into`` / ``batch_get_into``, or ``get`` / ``get_batch``),
   checking each value's stamp and, once per command, every byte;
-- ``exist`` / ``batch_exist``: ``is_exist`` / ``batch_is_exist`` latency;
+- ``exist`` / ``batch_exist``: ``is_exist`` / ``batch_is_exist`` latency (``batch_exist``
+  with ``distinct``: each call probes keys of its own, once; ``expect`` 0: every key absent);
+- ``read_remove_write``: per key, one timed round of ``get`` (stamp-checked), forced
+  ``remove`` and ``put`` of the key's next value;
 - ``remove``: ``batch_remove(..., force=True)`` (untimed cleanup);
 - ``remove_each``: write ``n`` small keys (untimed), then time ``remove`` of each;
 - ``pressure``: ``put_from`` ``n`` values into a store that holds far fewer, then read every
@@ -60,6 +63,7 @@ COMMANDS = (
     "batch_exist",
     "remove",
     "remove_each",
+    "read_remove_write",
     "pressure",
 )
 IMPLEMENTATIONS = ("py", "upstream")
@@ -287,14 +291,26 @@ class Worker:
             wrong += code != expect
         return {"times": times, "error_count": wrong, "errors": [f"{wrong} wrong"] if wrong else []}
 
-    def batch_exist(self, prefix: str, n: int, calls: int) -> dict[str, Any]:
-        keys = keys_of(prefix, n)
+    def batch_exist(
+        self, prefix: str, n: int, calls: int, expect: int = 1, distinct: bool = False
+    ) -> dict[str, Any]:
+        """Time ``calls`` calls of ``batch_is_exist`` over ``n`` keys each.
+
+        Args:
+            expect: the code every key must answer (1 present, 0 absent); others are counted
+                as errors.
+            distinct: call ``i`` probes keys ``i * n .. (i + 1) * n - 1`` of ``prefix`` (each
+                key probed once: a cold probe when they were just written by another client);
+                False: every call probes keys ``0 .. n - 1`` again.
+        """
+        keys = keys_of(prefix, n * calls if distinct else n)
         times: list[float] = []
         wrong = 0
-        for _ in range(calls):
-            codes, elapsed = self._timed(self.store.batch_is_exist, keys)
+        for i in range(calls):
+            chunk = keys[i * n : (i + 1) * n] if distinct else keys
+            codes, elapsed = self._timed(self.store.batch_is_exist, chunk)
             times.append(elapsed)
-            wrong += sum(code != 1 for code in codes)
+            wrong += sum(code != expect for code in codes)
         return {"times": times, "error_count": wrong, "errors": [f"{wrong} wrong"] if wrong else []}
 
     def remove(self, prefix: str, n: int, tolerant: bool = False) -> dict[str, Any]:
@@ -318,6 +334,46 @@ class Worker:
             if code != 0:
                 failures.append(f"remove {key}: {code}")
         return _summary(failures, times=times)
+
+    def read_remove_write(self, prefix: str, n: int, size: int) -> dict[str, Any]:
+        """Per key of ``prefix`` (``n`` keys of ``size`` bytes, written here untimed first), one
+        timed round: ``get`` it, ``remove(key, force=True)`` (the read just taken would
+        otherwise hold the key for its lease), then ``put`` its next value (another stamp).
+        Each ``get`` must see the initial value's stamp; a final ``get`` of every key compares
+        the value its round wrote byte for byte, so a put that kept the old bytes is caught.
+
+        Returns: one time per round (get + remove + put) and the verification counts.
+        """
+        self._check_room(size, 1)
+        keys = keys_of(prefix, n)
+        written = self.put(prefix, n, size, min(n, REMOVE_CHUNK), mode="copy")
+        failures = list(written["errors"])
+        body = self.pattern[STAMP_BYTES:size]
+        next_value = np.empty(size, dtype=np.uint8)
+        next_value[STAMP_BYTES:] = body
+        times: list[float] = []
+        checked = 0
+        for key in keys:
+            next_value[:STAMP_BYTES] = np.frombuffer(stamp(f"{key}#next"), np.uint8)
+            started = time.perf_counter()
+            value = self.store.get(key)
+            removed = self.store.remove(key, True)
+            put = self.store.put(key, next_value.data)
+            times.append(time.perf_counter() - started)
+            if len(value) != size or bytes(value[:STAMP_BYTES]) != stamp(key):
+                failures.append(f"read_remove_write get {key}: {len(value)} bytes, wrong stamp")
+            else:
+                checked += 1
+            if removed != 0 or put != 0:
+                failures.append(f"read_remove_write {key}: remove {removed}, put {put}")
+        full = 0
+        for key in keys:
+            value = np.frombuffer(self.store.get(key), dtype=np.uint8)
+            if value.size == size and value[:STAMP_BYTES].tobytes() == stamp(f"{key}#next"):
+                full += int(np.array_equal(value[STAMP_BYTES:], body))
+            else:
+                failures.append(f"read_remove_write reread {key}: not the last round's value")
+        return _summary(failures, times=times, stamps_checked=checked, full_checked=full)
 
     def pressure(self, prefix: str, n: int, size: int) -> dict[str, Any]:
         """``put_from`` ``n`` fresh values of ``size`` bytes, then read every key back."""

@@ -14,15 +14,17 @@ from typing import Any
 
 import pytest
 
+from mooncake_py.testing import MasterProcess
 from tests.bench import store_bench
+from tests.bench import store_bench_cli as cli
 from tests.bench import upstream as up
-from tests.bench.common import size_label
+from tests.bench.common import Child, size_label
+from tests.bench.compare import REFERENCE_DIR, compare_table, default_reference, reference_diff
 from tests.bench.plan import plan_for
 from tests.bench.report import (
     NO_DIFFERENCE,
     PY,
     UPSTREAM,
-    compare_table,
     evaluate_targets,
     table,
     verdict,
@@ -46,6 +48,7 @@ def _expected_rows() -> set[str]:
     for count, size, _ in plan.local_batches:
         ops = ("put_batch", "get_batch", "batch_put_from", "batch_get_into")
         rows |= {f"local.{op}.{count}x{size_label(size)}" for op in ops}
+    rows.add("local.read_remove_write.4KiB")
     for path in ("shm", "tcp"):
         for size in plan.sizes:
             label = size_label(size)
@@ -57,7 +60,8 @@ def _expected_rows() -> set[str]:
             }
     for variant in ("", ".grpc"):
         rows |= {f"meta.is_exist.present{variant}", f"meta.is_exist.absent{variant}"}
-        rows |= {f"meta.batch_is_exist.{n}{variant}" for n in plan.batch_exist_sizes}
+        for probe in ("", "cold.", "miss."):
+            rows |= {f"meta.batch_is_exist.{probe}{n}{variant}" for n in plan.batch_exist_sizes}
         rows.add(f"meta.remove{variant}")
     return rows
 
@@ -194,3 +198,153 @@ def test_tiny_run_against_upstream() -> None:
     assert results["pressure"][UPSTREAM] is not None
     assert results["versions"][UPSTREAM].get(up.PACKAGE) == up.VERSION
     _check_no_leftovers(results)
+
+
+def test_tiny_run_probe_and_round_trip_rows(tiny_results: dict[str, Any]) -> None:
+    plan = plan_for(quick=True, tiny=True)
+    rows = {row["id"]: row for row in tiny_results["rows"]}
+    for variant in ("", ".grpc"):
+        for size in plan.batch_exist_sizes:
+            for probe in ("cold", "miss"):
+                row = rows[f"meta.batch_is_exist.{probe}.{size}{variant}"]
+                assert row["unit"] == "keys/s" and row["probe"] == probe
+                assert len(row[PY]["reps"]) == plan.call_reps  # rep 0 warms up
+                assert row[PY]["calls"] == plan.call_reps * plan.batch_exist_calls[size]
+                assert store_bench.upstream_peer(row["id"]) == f"meta.batch_is_exist.{probe}.{size}"
+    trip = rows["local.read_remove_write.4KiB"]
+    assert trip[PY]["calls"] == plan.rounds * plan.local_calls[4096]
+    assert trip["limit_id"] == "pingpong" and trip["unit"] == "ops/s"
+    report = table(tiny_results)
+    assert "batch_is_exist 16 keys, cold (stream)" in report
+    assert "batch_is_exist 64 keys, absent (gRPC)" in report
+    assert "get, remove, put 4KiB (rounds/s)" in report
+    assert "load average (1/5/15 min):" in report
+    info = tiny_results["machine"]
+    assert info["kernel"] and info["cpu_model"] is not None and info["memory_bytes"] > 0
+
+
+@pytest.mark.timeout(60)
+def test_worker_probes_and_round_trips_check_what_they_read(tmp_path: Path) -> None:
+    """The worker's cold / missing probes and get-remove-put rounds against a real master:
+    right answers pass, and a probe expecting the wrong answer counts every key as wrong."""
+    master = MasterProcess(args=["--log_level", "WARNING"]).start()
+    writer = Child("writer", "tests.bench.worker", log_dir=tmp_path)
+    prober = Child("prober", "tests.bench.worker", log_dir=tmp_path)
+    try:
+        for worker, segment in ((writer, 64 * 2**20), (prober, 0)):
+            worker.receive(timeout_s=60)
+            worker.call(
+                cmd="setup",
+                master=master.address,
+                segment=segment,
+                buffer=2**20,
+                local_buffer=16 * 2**20,
+            )
+        writer.call(cmd="put", prefix="cold", n=3 * 16, size=64, batch=16)
+        probe: dict[str, Any] = {
+            "cmd": "batch_exist",
+            "prefix": "cold",
+            "n": 16,
+            "calls": 3,
+            "distinct": True,
+        }
+        cold = prober.call(**probe, expect=1)
+        assert cold["error_count"] == 0 and len(cold["times"]) == 3
+        missing = prober.call(**{**probe, "prefix": "absent"}, expect=0)
+        assert missing["error_count"] == 0
+        wrong = prober.call(**{**probe, "prefix": "absent"}, expect=1)
+        assert wrong["error_count"] == 3 * 16
+        trips = writer.call(cmd="read_remove_write", prefix="trips", n=8, size=64)
+        assert trips["errors"] == [] and len(trips["times"]) == 8
+        assert trips["stamps_checked"] == 8 == trips["full_checked"]
+        # the rounds left each key holding its round's value, not the first one
+        reread = writer.call(cmd="get", prefix="trips", n=8, size=64, batch=8, mode="copy")
+        assert reread["error_count"] == 8 and "wrong stamp" in reread["errors"][0]
+    finally:
+        prober.stop()
+        writer.stop()
+        master.stop()
+
+
+def _record(mode: str, rates: dict[str, float], kernel: str, upstream: float | None) -> Any:
+    """A minimal results record: one mooncake-py figure per row (and upstream's at
+    ``upstream`` x it), on a machine that differs from others only in its kernel."""
+    rows = []
+    for row_id, value in rates.items():
+        ours = {"value": value, "reps": [value * 0.99, value, value * 1.01], "spread": 0.01}
+        theirs = None if upstream is None else {**ours, "value": value * upstream}
+        rows.append(
+            {
+                "id": row_id,
+                "label": f"row {row_id}",
+                "unit": "ops/s",
+                "upstream_id": row_id,
+                PY: ours,
+                UPSTREAM: theirs,
+                "ratio": None if upstream is None else 1 / upstream,
+            }
+        )
+    return {
+        "schema": 2,
+        "mode": mode,
+        "started_at": "2026-12-01T12:00:00+0000",
+        "machine": {"cpu_model": "cpu", "cpu_count": 2, "memory_bytes": 2**34, "kernel": kernel},
+        "versions": {PY: {"numpy": "2.0", "executable": f"/{kernel}/python"}},
+        "load_average": {"start": [0.5, 0.5, 0.5], "end": [1.0, 1.0, 1.0]},
+        "rows": rows,
+    }
+
+
+def test_compare_reference_flags_moved_rows(tmp_path: Path, capsys: Any) -> None:
+    reference = _record("quick", {"a": 1000.0, "b": 1000.0, "c": 1000.0}, "6.1", upstream=1.0)
+    new = _record("quick", {"a": 1250.0, "b": 1050.0, "c": 800.0}, "6.1", upstream=1.0)
+    ref_path, new_path = tmp_path / "reference.json", tmp_path / "new.json"
+    ref_path.write_text(json.dumps(reference))
+    new_path.write_text(json.dumps(new))
+    argv = ["compare-reference", "--reference", str(ref_path), str(new_path)]
+    assert store_bench.main(argv) == 0
+    printed = capsys.readouterr().out
+    lines: dict[str, str] = {}
+    for line in printed.splitlines():  # the first section: mooncake-py's figures
+        if line.startswith("row "):
+            lines.setdefault(line.split()[1], line)
+    assert "MOVED +25%" in lines["a"] and "MOVED -20%" in lines["c"]
+    assert "MOVED" not in lines["b"]  # 5% is inside the default 10%
+    assert "the machine descriptions match" in printed and "DIFFER" not in printed
+    assert store_bench.main([*argv, "--strict"]) == 1
+    capsys.readouterr()
+    assert store_bench.main([*argv, "--strict", "--threshold", "0.3"]) == 0
+    assert "0 row(s) moved" in capsys.readouterr().out
+
+    elsewhere = _record("full", {"a": 1000.0}, "6.8", upstream=0.5)
+    text, flagged = reference_diff(reference, elsewhere, ("ref", "new"))
+    assert "machine descriptions (or the runs' set-ups) DIFFER" in text
+    assert "machine kernel: '6.1' -> '6.8'" in text and "mode: 'quick' -> 'full'" in text
+    assert "executable" not in text  # paths are not versions
+    # upstream's figure halved, so the ratio mooncake-py / upstream went from 1.00x to 2.00x
+    assert flagged == ["upstream: row a", "ratio: row a"]
+    assert "ratio mooncake-py / upstream" in text and "2.00x" in text
+    with pytest.raises(ValueError):
+        reference_diff(reference, new, ("ref", "new"), threshold=-0.1)
+
+
+def test_compare_reference_picks_the_reference_of_the_same_mode(
+    tmp_path: Path, capsys: Any
+) -> None:
+    for name, mode, started in (("q", "quick", "2026-01-01"), ("f", "full", "2026-02-01")):
+        record = {**_record(mode, {"a": 1.0}, "6.1", None), "started_at": started}
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    quick = _record("quick", {"a": 1.0}, "6.1", None)
+    assert default_reference(quick, tmp_path) == tmp_path / "q.json"
+    assert default_reference(_record("tiny", {}, "6.1", None), tmp_path) == tmp_path / "f.json"
+    with pytest.raises(FileNotFoundError):
+        default_reference(quick, tmp_path / "empty")
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(quick))
+    assert cli.compare_reference_main(["--reference", str(tmp_path / "q.json"), str(new)]) == 0
+    assert "q.json" in capsys.readouterr().out
+    committed = sorted(REFERENCE_DIR.glob("*.json"))
+    assert committed, "a reference record is committed"
+    assert {"cpu_model", "kernel", "memory_bytes"} <= set(
+        json.loads(committed[0].read_text())["machine"]
+    )
