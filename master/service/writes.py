@@ -26,6 +26,8 @@ Every method here is called by the service facade under its lock, with ``now`` a
 
 from __future__ import annotations
 
+import sys
+
 from mooncake_py.capability import WRITE
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import PutStartResult, ReplicaStatus, ReplicateConfig, SoftPinAction
@@ -113,6 +115,11 @@ class WritePath:
             The put or upsert start result (see :meth:`put_start`, :meth:`upsert_start`), or
             the admission code. Complexity: that of the start, plus O(len(tags)).
         """
+        # Each decoded request carries its own copies of these strings; the records keep the
+        # interned ones, so a million objects of one writer share one client id and tenant.
+        client_id, tenant = sys.intern(client_id), sys.intern(tenant)
+        if group_id:
+            group_id = sys.intern(group_id)
         sessions = self._state.sessions
         if tags:
             existing = self._state.objects.get((tenant, key))
@@ -265,48 +272,35 @@ class WritePath:
         now: float,
         predecessor: ObjectMetadata | None,
     ) -> PutStartResult:
-        allocations = self._evictor.allocate_evicting(placement_request(size, config, tenant), now)
-        if not allocations:
-            return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
-        identity = ObjectMetadata(tenant, key, size, client_id, now, [], group_id=group_id)
-        return self._insert(allocations, client_id, identity, size, config, pin, now, predecessor)
-
-    def _insert(
-        self,
-        allocations: list[Allocation],
-        client_id: str,
-        identity: ObjectMetadata,
-        size: int,
-        config: ReplicateConfig,
-        pin: PendingSoftPin,
-        now: float,
-        predecessor: ObjectMetadata | None,
-    ) -> PutStartResult:
-        """Insert a new object at ``identity``'s (tenant, key, group), written by ``client_id``.
+        """Insert a new object (tenant, key, group), written by ``client_id``.
 
         A replaced ``predecessor`` passes on its hard pin and its live soft pin.
         """
+        allocations = self._evictor.allocate_evicting(placement_request(size, config, tenant), now)
+        if not allocations:
+            return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
         meta = ObjectMetadata(
-            tenant=identity.tenant,
-            key=identity.key,
-            size=size,
-            client_id=client_id,
-            put_start_time=now,
-            replicas=self._new_replicas(allocations, size),
+            tenant,
+            key,
+            size,
+            client_id,
+            now,
+            self._new_replicas(allocations, size),
             data_type=int(config.data_type),
+            write_id=self._state.next_write_id(),
             hard_pinned=config.with_hard_pin or bool(predecessor and predecessor.hard_pinned),
             pending_soft_pin=pin,
-            group_id=identity.group_id,
-            write_id=self._state.next_write_id(),
+            group_id=group_id,
         )
         if predecessor is not None and predecessor.soft_pin_deadline > now:
             meta.soft_pin_deadline = predecessor.soft_pin_deadline
         self._state.objects.insert(meta)
-        described = tuple(self._state.describe(meta, r, WRITE) for r in meta.replicas)
+        describe = self._state.describe
+        described = tuple(describe(meta, r, WRITE) for r in meta.replicas)
         return PutStartResult(ErrorCode.OK, described, meta.write_id)
 
-    def _new_replicas(self, allocations: list[Allocation], size: int) -> list[Replica]:
-        return [
+    def _new_replicas(self, allocations: list[Allocation], size: int) -> tuple[Replica, ...]:
+        return tuple(
             Replica(
                 self._state.next_replica_id(),
                 a.segment.info.id,
@@ -315,7 +309,7 @@ class WritePath:
                 ReplicaStatus.PROCESSING,
             )
             for a in allocations
-        ]
+        )
 
     def _preempt(self, stale: ObjectMetadata, now: float) -> None:
         """Drop a stuck write; its memory waits for its writer to stop (see the module)."""

@@ -210,6 +210,10 @@ class OffsetAllocator:
             raise AssertionError("some allocations overlap other ranges")
 
     def _round_up(self, size: int) -> int:
+        # An aligned size is kept as the very int object given: the allocation record then
+        # shares it with the object's metadata instead of holding a 32-byte copy per range.
+        if not size & (self._alignment - 1):
+            return size
         return (size + self._alignment - 1) & ~(self._alignment - 1)
 
     def _insert_free(self, offset: int, length: int) -> None:

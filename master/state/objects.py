@@ -16,7 +16,7 @@ Thread-safety: none. The master service serializes every call under its lock.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from mooncake_py.types import ReplicaStatus, SoftPinAction
@@ -27,6 +27,11 @@ ObjectId = tuple[str, str]
 """(tenant, key): the identity of an object."""
 
 MAX_KEY_BYTES = 4096
+
+# Module-level names for the states the per-key paths compare by identity (enum members are
+# singletons): a global lookup instead of a class attribute lookup each time.
+_PROCESSING = ReplicaStatus.PROCESSING
+_COMPLETE = ReplicaStatus.COMPLETE
 
 
 def valid_key(key: object) -> bool:
@@ -58,7 +63,6 @@ class PendingSoftPin:
     ttl_ms: int
 
 
-@dataclasses.dataclass(slots=True)
 class ObjectMetadata:
     """Everything the master knows about one object.
 
@@ -67,34 +71,88 @@ class ObjectMetadata:
     readers (:mod:`.reads`). ``soft_pin_deadline`` is the committed TTL soft pin (0 means
     none); ``hard_pinned`` objects are never evicted. ``write_id`` names the write in flight
     (its PROCESSING replicas), 0 when none.
+
+    Memory: one record per object, so it is a plain slotted class (no per-instance dict, no
+    dataclass machinery); ``object_id`` is built once here and is the very tuple every index
+    (object table, segment index, eviction policy) keys the object by, so the pair exists
+    once per object. ``replicas`` is a tuple (48 bytes for one replica, against 88 for a
+    grown list); every change replaces it through :class:`ObjectTable`. Absent optional
+    parts are None, not empty containers. The record itself is 152 bytes; ``tenant`` and
+    ``key`` are read from ``object_id``.
     """
 
-    tenant: str
-    key: str
-    size: int
-    client_id: str
-    put_start_time: float
-    replicas: list[Replica]
-    data_type: int = 0
-    fresh_until: float = 0.0
-    write_id: int = 0
-    hard_pinned: bool = False
-    soft_pin_deadline: float = 0.0
-    pending_soft_pin: PendingSoftPin | None = None
-    group_id: str = ""
-    # KV sessions holding this object (None rather than an empty set: most objects have none).
-    sessions: set[Any] | None = None
-    # Whether a replica is COMPLETE, kept by ObjectTable on every replica change: the hot
-    # lookup paths test it per key.
-    readable: bool = False
-    # Bytes this object contributes to each of its sessions' accounting (size x replicas when
-    # last reweighed); meaningful only while ``sessions`` is set.
-    session_weight: int = 0
+    __slots__ = (
+        "object_id",
+        "size",
+        "client_id",
+        "put_start_time",
+        "replicas",
+        "data_type",
+        "fresh_until",
+        "write_id",
+        "hard_pinned",
+        "soft_pin_deadline",
+        "pending_soft_pin",
+        "group_id",
+        "sessions",
+        "readable",
+        "session_weight",
+    )
+
+    def __init__(
+        self,
+        tenant: str,
+        key: str,
+        size: int,
+        client_id: str,
+        put_start_time: float,
+        replicas: tuple[Replica, ...],
+        data_type: int = 0,
+        fresh_until: float = 0.0,
+        write_id: int = 0,
+        hard_pinned: bool = False,
+        soft_pin_deadline: float = 0.0,
+        pending_soft_pin: PendingSoftPin | None = None,
+        group_id: str = "",
+    ) -> None:
+        # The tenant and key live in this pair only (see the properties below).
+        self.object_id: ObjectId = (tenant, key)
+        self.size = size
+        self.client_id = client_id
+        self.put_start_time = put_start_time
+        self.replicas = replicas
+        self.data_type = data_type
+        self.fresh_until = fresh_until
+        self.write_id = write_id
+        self.hard_pinned = hard_pinned
+        self.soft_pin_deadline = soft_pin_deadline
+        self.pending_soft_pin = pending_soft_pin
+        self.group_id = group_id
+        # KV sessions holding this object (None rather than an empty set: most objects have
+        # none).
+        self.sessions: set[Any] | None = None
+        # Whether a replica is COMPLETE, kept by ObjectTable on every replica change: the hot
+        # lookup paths test it per key.
+        self.readable = False
+        # Bytes this object contributes to each of its sessions' accounting (size x replicas
+        # when last reweighed); meaningful only while ``sessions`` is set.
+        self.session_weight = 0
 
     @property
-    def object_id(self) -> ObjectId:
-        """The (tenant, key) pair identifying this object."""
-        return (self.tenant, self.key)
+    def tenant(self) -> str:
+        """The tenant the object belongs to (the first half of :attr:`object_id`)."""
+        return self.object_id[0]
+
+    @property
+    def key(self) -> str:
+        """The object's key in its tenant (the second half of :attr:`object_id`)."""
+        return self.object_id[1]
+
+    def __repr__(self) -> str:
+        return (
+            f"ObjectMetadata({self.tenant!r}, {self.key!r}, size={self.size}, "
+            f"replicas={self.replicas!r}, write_id={self.write_id})"
+        )
 
     def complete_replicas(self) -> list[Replica]:
         """Replicas that hold the whole value and may be read."""
@@ -109,8 +167,12 @@ class ObjectMetadata:
         return self.readable
 
     def is_writing(self) -> bool:
-        """True when a write to some replica is in flight."""
-        return any(r.status == ReplicaStatus.PROCESSING for r in self.replicas)
+        """True when a write to some replica is in flight. O(replicas), no allocation (a
+        plain loop: it runs several times per write)."""
+        for replica in self.replicas:  # noqa: SIM110 - any() would build a generator per call
+            if replica.status is _PROCESSING:
+                return True
+        return False
 
 
 class ObjectTable:
@@ -179,17 +241,18 @@ class ObjectTable:
                 del self._groups[(meta.tenant, meta.group_id)]
         return meta
 
-    def drop_replicas(self, meta: ObjectMetadata, doomed: list[Replica]) -> None:
+    def drop_replicas(self, meta: ObjectMetadata, doomed: Sequence[Replica]) -> None:
         """Remove ``doomed`` replicas from ``meta`` (the caller frees their memory); those no
         longer on it are ignored. O(replicas)."""
         doomed_ids = {r.id for r in doomed}
         before = meta.replicas
-        kept = meta.replicas = [r for r in before if r.id not in doomed_ids]
+        kept = meta.replicas = tuple(r for r in before if r.id not in doomed_ids)
         # Counted from the object's own records: a doomed replica already gone is no change.
+        dropped: Sequence[Replica]
         if not kept:
             dropped = before  # all of them: the usual case (removal, eviction, release)
         elif len(kept) == len(before):
-            dropped = []
+            dropped = ()
         else:
             dropped = [r for r in before if r.id in doomed_ids]
         if dropped:
@@ -202,9 +265,9 @@ class ObjectTable:
         if self._on_reweigh is not None:
             self._on_reweigh(meta)
 
-    def add_replicas(self, meta: ObjectMetadata, replicas: list[Replica]) -> None:
+    def add_replicas(self, meta: ObjectMetadata, replicas: Sequence[Replica]) -> None:
         """Give ``meta`` more replicas (an upsert that reallocated)."""
-        meta.replicas.extend(replicas)
+        meta.replicas = (*meta.replicas, *replicas)
         for replica in replicas:
             self._by_segment.setdefault(replica.segment_id, {})[meta.object_id] = None
         self.tallies.on_replicas_added(meta, replicas)
@@ -221,11 +284,16 @@ class ObjectTable:
         self._refresh_processing(meta)
 
     def mark_complete(self, meta: ObjectMetadata) -> None:
-        """Flip every PROCESSING replica of ``meta`` to COMPLETE."""
+        """Flip every PROCESSING replica of ``meta`` to COMPLETE: it is readable and no longer
+        being written (the processing index and ``readable`` follow at once). O(replicas)."""
+        flipped = False
         for replica in meta.replicas:
-            if replica.status == ReplicaStatus.PROCESSING:
-                replica.status = ReplicaStatus.COMPLETE
-        self._refresh_processing(meta)
+            if replica.status is _PROCESSING:
+                replica.status = _COMPLETE
+                flipped = True
+        # ``readable`` was exact before: a COMPLETE replica now is an old one or a flipped one.
+        meta.readable = meta.readable or flipped
+        self._processing.pop(meta.object_id, None)
 
     def group_members(self, tenant: str, group_id: str) -> list[ObjectMetadata]:
         """Current members of a group. O(members)."""
@@ -240,14 +308,21 @@ class ObjectTable:
         return iter(list(self._processing.items()))
 
     def _refresh_processing(self, meta: ObjectMetadata) -> None:
-        """Re-derive what depends on replica states: the processing index and ``readable``."""
-        meta.readable = any(r.status is ReplicaStatus.COMPLETE for r in meta.replicas)
-        oid = meta.object_id
-        if meta.is_writing():
-            if oid not in self._processing:
-                self._processing[oid] = meta.put_start_time
+        """Re-derive what depends on replica states: the processing index and ``readable``.
+        One pass over the replicas, no allocation: it runs at every put start and end."""
+        readable = writing = False
+        for replica in meta.replicas:
+            status = replica.status
+            if status is _COMPLETE:
+                readable = True
+            elif status is _PROCESSING:
+                writing = True
+        meta.readable = readable
+        if writing:
+            if meta.object_id not in self._processing:
+                self._processing[meta.object_id] = meta.put_start_time
         else:
-            self._processing.pop(oid, None)
+            self._processing.pop(meta.object_id, None)
 
     def _unindex_segment(self, segment_id: str, object_id: ObjectId) -> None:
         holders = self._by_segment.get(segment_id)

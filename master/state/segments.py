@@ -217,6 +217,13 @@ class SegmentManager:
 
         Complexity: O(names tried × segments per name × log free ranges).
         """
+        if (
+            self._strategy == "random"
+            and not request.preferred_names
+            and not request.local_first
+            and not self._restricted
+        ):
+            return self._allocate_random(request)
         placed: list[Allocation] = []
         used_names: set[str] = set()
         for name in self._candidate_names(request):
@@ -228,6 +235,27 @@ class SegmentManager:
             if allocation is not None:
                 placed.append(allocation)
                 used_names.add(name)
+        return placed
+
+    def _allocate_random(self, request: PlacementRequest) -> list[Allocation]:
+        """:meth:`allocate` for the common request (random strategy, no preferences, every
+        segment everyone's): the same walk over names from one random start, with the same
+        draws from the random source, without the candidate generator and the name set
+        (names are distinct keys already). It runs once per key written."""
+        names = list(self._by_name)
+        count = len(names)
+        if not count:
+            return []
+        start = self._rng.randrange(count)
+        placed: list[Allocation] = []
+        for i in range(min(count, MAX_PLACEMENT_TRIES)):
+            allocation = self._allocate_in_name(
+                names[(start + i) % count], request.size, request.tenant
+            )
+            if allocation is not None:
+                placed.append(allocation)
+                if len(placed) >= request.replica_num:
+                    break
         return placed
 
     def _candidate_names(self, request: PlacementRequest) -> Iterable[str]:

@@ -18,7 +18,7 @@ Thread-safety: none; the master service serializes every call under its lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # objects.py imports this module
@@ -104,7 +104,7 @@ class TenantTallies:
         if not tally.objects:
             del self._tenants[meta.tenant]
 
-    def on_replicas_added(self, meta: ObjectMetadata, added: list[Replica]) -> None:
+    def on_replicas_added(self, meta: ObjectMetadata, added: Sequence[Replica]) -> None:
         """``added`` were appended to ``meta``'s replicas. O(len(added))."""
         tally = self._tenants[meta.tenant]
         segments = tally.segments
@@ -116,7 +116,7 @@ class TenantTallies:
             share.replicas += 1
             tally.bytes += replica.size
 
-    def on_replicas_dropped(self, meta: ObjectMetadata, dropped: list[Replica]) -> None:
+    def on_replicas_dropped(self, meta: ObjectMetadata, dropped: Sequence[Replica]) -> None:
         """``dropped`` (each one on ``meta`` until now) were taken off it. O(len(dropped))."""
         tally = self._tenants[meta.tenant]
         segments = tally.segments
