@@ -10,10 +10,11 @@ Sources, as upstream's client and ``mooncake_config.py`` read them:
   ``MOONCAKE_GLOBAL_SEGMENT_SIZE``, ``MOONCAKE_LOCAL_BUFFER_SIZE``, ``MOONCAKE_PROTOCOL``,
   ``MOONCAKE_TENANT_ID``, ``MOONCAKE_TE_META_DATA_SERVER``).
 
-``MOONCAKE_TENANT_ID``, ``MOONCAKE_PY_FORCE_TCP`` and the TLS variables (:data:`TLS_ENV`:
-``MOONCAKE_PY_TLS_CA``, ``MOONCAKE_PY_TLS_CERT``, ``MOONCAKE_PY_TLS_KEY``,
-``MOONCAKE_PY_TLS_SERVER_NAME``, ``MOONCAKE_PY_TLS_REQUIRE_CLIENT_CERT``) apply whichever form
-is used, unless the call sets them explicitly. ``enable_standalone`` (a setup argument or key) and
+``MOONCAKE_TENANT_ID``, ``MOONCAKE_PY_FORCE_TCP``, ``MOONCAKE_PY_PREFAULT_SEGMENT`` and the
+TLS variables (:data:`TLS_ENV`: ``MOONCAKE_PY_TLS_CA``, ``MOONCAKE_PY_TLS_CERT``,
+``MOONCAKE_PY_TLS_KEY``, ``MOONCAKE_PY_TLS_SERVER_NAME``,
+``MOONCAKE_PY_TLS_REQUIRE_CLIENT_CERT``) apply whichever form is used, unless the call sets
+them explicitly. ``enable_standalone`` (a setup argument or key) and
 ``MOONCAKE_ENABLE_STANDALONE`` are setup switches, not configuration: see
 :mod:`mooncake_py.client.compat_setup`.
 """
@@ -29,6 +30,8 @@ from typing import Any, TypeVar
 from mooncake_py.errors import ErrorCode, InvalidParamsError
 from mooncake_py.tls import TlsConfig
 from mooncake_py.units import KIB, MIB, TIB, ConfigError, parse_bool, parse_size
+
+from .prefault import PREFAULT_ENV
 
 MIN_SEGMENT_BYTES = KIB
 MAX_SEGMENT_BYTES = TIB
@@ -72,6 +75,13 @@ def _read(parse: Callable[[object, str], _T], value: object, key: str) -> _T:
         return parse(value, key)
     except ConfigError as exc:
         raise ClientConfigError(str(exc)) from exc
+
+
+def _read_default_on_flag(value: object, key: str) -> bool:
+    # An empty value keeps the default (on), as an unset environment variable does.
+    if isinstance(value, str) and not value.strip():
+        return True
+    return _read(parse_bool, value, key)
 
 
 def _read_flag(value: object, key: str) -> bool:
@@ -121,6 +131,10 @@ class ClientConfig:
         tls_require_client_cert: this client's transfer service accepts only peers presenting
             a certificate signed by ``tls_ca_file`` (env
             ``MOONCAKE_PY_TLS_REQUIRE_CLIENT_CERT``).
+        prefault_segment: allocate and map every page of the segment at setup (env
+            ``MOONCAKE_PY_PREFAULT_SEGMENT``; default on), so no write into it takes a page
+            fault; setup then fails with INTERNAL_ERROR when the memory is not available
+            (:mod:`mooncake_py.client.prefault`). Off: pages are allocated on first write.
 
     Raises:
         ClientConfigError: on construction, for a segment or buffer size outside
@@ -148,6 +162,7 @@ class ClientConfig:
     tls_key_file: str = ""
     tls_server_name: str = ""
     tls_require_client_cert: bool = False
+    prefault_segment: bool = True
 
     def __post_init__(self) -> None:
         for name in ("global_segment_size", "local_buffer_size"):
@@ -222,6 +237,8 @@ class ClientConfig:
                 kwargs[name] = _read(parse_size, value, name)
             elif name in ("force_tcp", "shared_segment", "tls_require_client_cert"):
                 kwargs[name] = _read_flag(value, name)
+            elif name == "prefault_segment":
+                kwargs[name] = _read_default_on_flag(value, name)
             elif name == "rpc_timeout_s":
                 kwargs[name] = float(value)
             else:
@@ -230,6 +247,10 @@ class ClientConfig:
         if "shared_segment" not in kwargs:
             kwargs["shared_segment"] = _read_flag(
                 os.environ.get("MOONCAKE_PY_SHARED_SEGMENT", ""), "MOONCAKE_PY_SHARED_SEGMENT"
+            )
+        if "prefault_segment" not in kwargs:
+            kwargs["prefault_segment"] = _read_default_on_flag(
+                os.environ.get(PREFAULT_ENV, ""), PREFAULT_ENV
             )
         if "auth_token" not in kwargs and os.environ.get("MOONCAKE_AUTH_TOKEN"):
             kwargs["auth_token"] = os.environ["MOONCAKE_AUTH_TOKEN"]

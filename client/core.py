@@ -134,7 +134,9 @@ class ClientCore:
         self.master.service_ready()  # fails fast when the master is unreachable
         self.master.connect_stream()
         if self.config.global_segment_size > 0:
-            self._segment = LocalSegment(self.config.global_segment_size)
+            self._segment = LocalSegment(
+                self.config.global_segment_size, prefault=self.config.prefault_segment
+            )
             self._segment_uuid = uuid.UUID(self._segment.segment_id).bytes
             segment = self._segment
             # Bound before the mount makes the segment id known: nobody can hold the name.

@@ -11,6 +11,10 @@ can be left behind.
 The memfd is sealed against shrinking and growing (``F_SEAL_SHRINK | F_SEAL_GROW``, then
 ``F_SEAL_SEAL``) where the kernel supports seals: no holder of the descriptor can truncate the
 pages under another's mapping (which would raise SIGBUS there) or change the seals.
+
+The owner populates the segment at setup (:mod:`mooncake_py.client.prefault`; the
+``prefault_segment`` setting, default on), so no write into it takes a page fault; a peer
+mapping a populated segment maps it with ``MAP_POPULATE`` (page tables only: the pages exist).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import os
 import socket
 import uuid
 from pathlib import Path
+
+from .prefault import SegmentMemoryError, check_memory_available, fully_allocated, populate
 
 MEMFD_PREFIX = "mooncake_py/"
 """The memfd's name starts with this, followed by the segment id (it shows in
@@ -52,6 +58,15 @@ def host_id() -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+PEER_POPULATE_MAX_BYTES = 1 << 30
+"""Largest segment a peer maps with ``MAP_POPULATE`` by default. Filling page tables costs
+about 0.12 s per GiB at mapping time (measured), paid by the peer's first operation on the
+segment; above this a peer maps lazily, so its first operation is not held up for seconds
+and it pays only for the pages it touches."""
+
+
 def _address_of(mapping: mmap.mmap) -> tuple[int, ctypes.Array[ctypes.c_char]]:
     """Address of a mapping's first byte, and the ctypes view that pins it (keep it alive)."""
     anchor = (ctypes.c_char * len(mapping)).from_buffer(mapping)
@@ -65,6 +80,12 @@ class MappedMemory:
         fd: the descriptor to map; the caller keeps ownership of it (the mapping holds its
             own duplicate, released by :meth:`close`).
         size: bytes to map (> 0, at most the descriptor's size).
+        map_populate: fill the page tables at once (``MAP_POPULATE``); None (the default)
+            does so when ``size`` is at most :data:`PEER_POPULATE_MAX_BYTES` and the memfd's
+            pages are all allocated already (a populated owner's segment): mapping then
+            allocates nothing and charges nothing to this process, and costs less than the
+            page faults it saves (measured: 0.15 s vs 0.48 s for mapping 1 GiB and writing
+            into every page).
 
     Raises:
         OSError, ValueError: the descriptor cannot be mapped.
@@ -73,10 +94,15 @@ class MappedMemory:
         size: bytes mapped.
         address: address of the first byte in this process.
         view: a writable memoryview of the whole mapping.
+        page_tables_populated: whether the mapping was made with ``MAP_POPULATE``.
     """
 
-    def __init__(self, fd: int, size: int) -> None:
-        self._mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    def __init__(self, fd: int, size: int, map_populate: bool | None = None) -> None:
+        if map_populate is None:
+            map_populate = size <= PEER_POPULATE_MAX_BYTES and fully_allocated(fd, size)
+        self.page_tables_populated = bool(map_populate and _MAP_POPULATE)
+        flags = mmap.MAP_SHARED | (_MAP_POPULATE if self.page_tables_populated else 0)
+        self._mapping = mmap.mmap(fd, size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
         self.size = size
         self.address, self._anchor = _address_of(self._mapping)
         self.view = memoryview(self._mapping)
@@ -91,37 +117,63 @@ class MappedMemory:
 
 class LocalSegment(MappedMemory):
     """The segment this client contributes: a new memfd of ``size`` bytes, zero-filled,
-    close-on-exec, sealed at that size (see the module docstring).
+    close-on-exec, sealed at that size (see the module docstring), populated unless
+    ``prefault`` is False.
 
     Args:
         size: bytes (> 0).
+        prefault: allocate and write-map every page now
+            (:func:`~mooncake_py.client.prefault.populate`, about 0.6 s per GiB), after
+            checking that the memory is available; False leaves the pages to be allocated by
+            the first write into each.
 
     Raises:
         ValueError: ``size`` is not positive.
-        OSError: the memory could not be created (``ENOMEM``, a memfd limit, ...).
+        SegmentMemoryError: the memory could not be created, is not available, or could not
+            be populated (ENOMEM, a memfd limit, ...); nothing stays allocated.
 
     Attributes:
         segment_id: a fresh uuid4, as mounted on the master.
         fd: the memfd, handed to peers by :class:`~mooncake_py.client.local_share.LocalShareServer`
             (valid until :meth:`close`).
         sealed: whether the seals could be applied.
+        populated_by: ``"madvise"`` or ``"touch"`` (how the pages were populated), or ``""``
+            when ``prefault`` was False.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, prefault: bool = True) -> None:
         if size <= 0:
             raise ValueError(f"a segment needs a positive size, not {size}")
         self.segment_id = str(uuid.uuid4())
-        fd = os.memfd_create(
-            MEMFD_PREFIX + self.segment_id, os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0)
-        )
+        self.fd = -1
+        self.populated_by = ""
+        try:
+            if prefault:
+                check_memory_available(size)
+            fd = os.memfd_create(
+                MEMFD_PREFIX + self.segment_id,
+                os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0),
+            )
+        except OSError as exc:
+            raise SegmentMemoryError(f"cannot create a segment of {size} bytes: {exc}") from exc
         try:
             os.ftruncate(fd, size)
             self.sealed = _seal(fd)
-            super().__init__(fd, size)
+            # The owner's own mapping is populated below, where failures are reported.
+            super().__init__(fd, size, map_populate=False)
+        except OSError as exc:
+            os.close(fd)
+            raise SegmentMemoryError(f"cannot map a segment of {size} bytes: {exc}") from exc
         except BaseException:
             os.close(fd)
             raise
         self.fd = fd
+        if prefault:
+            try:
+                self.populated_by = populate(self._mapping, self.address)
+            except BaseException:
+                self.close()  # unmaps and closes the memfd: its pages are freed
+                raise
 
     def close(self) -> None:
         """Unmap and close the memfd (the memory is freed once no peer maps it). Idempotent."""
