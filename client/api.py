@@ -309,7 +309,7 @@ class Client(QueryCalls, KvSessionCalls, TaskCalls):
     ) -> BatchResult[None]:
         if not len(keys) == len(buffer_ptrs) == len(sizes):
             raise invalid_params("keys, buffer_ptrs and sizes differ in length")
-        views = [self._buffers.view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
+        views = self._buffers.view_each(buffer_ptrs, sizes)
         return self._write_registered(
             keys, [None if v is None else [v] for v in views], config, upsert
         )
@@ -412,7 +412,7 @@ class Client(QueryCalls, KvSessionCalls, TaskCalls):
         self._joined()
         if not len(keys) == len(buffer_ptrs) == len(sizes):
             raise invalid_params("keys, buffer_ptrs and sizes differ in length")
-        views = [self._buffers.view(p, s) for p, s in zip(buffer_ptrs, sizes, strict=True)]
+        views = self._buffers.view_each(buffer_ptrs, sizes)
         return self._read_registered(keys, [None if v is None else [v] for v in views])
 
     def batch_get_into_multi_buffers(

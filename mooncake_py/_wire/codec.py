@@ -7,7 +7,10 @@ methods return. Where the two forms are the same, ``decode(encode(x)) == x``; wh
 
 Every function is pure, thread-safe and O(size of the message). Hot paths (replicas, session
 listings) name their fields instead of going through :func:`dataclasses.asdict`, which copies
-recursively and costs several times as much.
+recursively and costs several times as much. Batch answers, one entry per key, are built with
+the repeated field's ``add`` (half the time of constructing each entry and handing over
+the list) and decoded with :func:`~mooncake_py._wire.builders.frozen_builder` (a third of the
+cost of the dataclasses' frozen ``__init__``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mooncake_py._proto import master_pb2 as pb
+from mooncake_py._wire.builders import frozen_builder
 from mooncake_py.errors import ErrorCode, InvalidParamsError
 from mooncake_py.types import (
     ClientStatus,
@@ -44,6 +48,13 @@ _SEGMENT_FIELDS = tuple(f.name for f in dataclasses.fields(SegmentInfo))
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+# Decoders build one of these per replica (and per key) of every batch answer.
+_build_replica = frozen_builder(ReplicaDescriptor)
+_build_put_start = frozen_builder(PutStartResult)
+_build_replica_list = frozen_builder(ReplicaListResult)
+# Looked up per replica: a dict lookup costs a fifth of calling the enum.
+_REPLICA_STATUSES = {int(status): status for status in ReplicaStatus}
 
 # -- shared types ----------------------------------------------------------------------------
 
@@ -147,23 +158,43 @@ def encode_replica(replica: ReplicaDescriptor) -> pb.ReplicaDescriptor:
     )
 
 
+def _add_replicas(field: Any, replicas: Iterable[ReplicaDescriptor]) -> None:
+    """Append each of ``replicas`` to the repeated ReplicaDescriptor ``field``."""
+    add = field.add
+    for r in replicas:
+        # IntEnum statuses are ints: protobuf takes them as they are.
+        add(
+            id=r.id,
+            status=r.status,
+            segment_id=r.segment_id,
+            segment_name=r.segment_name,
+            offset=r.offset,
+            size=r.size,
+            te_endpoint=r.te_endpoint,
+            host_id=r.host_id,
+            capability=r.capability,
+        )
+
+
 def decode_replica(m: pb.ReplicaDescriptor) -> ReplicaDescriptor:
     """Protobuf to :class:`ReplicaDescriptor`.
 
     Raises:
         ValueError: the status is not a :class:`ReplicaStatus`.
     """
-    # Positional: read paths decode one of these per replica of every key.
-    return ReplicaDescriptor(
-        m.id,
-        ReplicaStatus(m.status),
-        m.segment_id,
-        m.segment_name,
-        m.offset,
-        m.size,
-        m.te_endpoint,
-        m.host_id,
-        m.capability,
+    status = _REPLICA_STATUSES.get(m.status)
+    if status is None:
+        raise ValueError(f"{m.status} is not a valid ReplicaStatus")
+    return _build_replica(
+        id=m.id,
+        status=status,
+        segment_id=m.segment_id,
+        segment_name=m.segment_name,
+        offset=m.offset,
+        size=m.size,
+        te_endpoint=m.te_endpoint,
+        host_id=m.host_id,
+        capability=m.capability,
     )
 
 
@@ -181,8 +212,9 @@ def decode_status(message: pb.StatusResponse) -> int:
 
 
 def encode_codes(codes: Iterable[int]) -> pb.BatchStatusResponse:
-    """One code per key to a BatchStatusResponse."""
-    return pb.BatchStatusResponse(codes=[int(c) for c in codes])
+    """One code per key to a BatchStatusResponse (``ErrorCode`` members are ints: they go as
+    they are)."""
+    return pb.BatchStatusResponse(codes=codes)
 
 
 def decode_codes(message: pb.BatchStatusResponse) -> list[int]:
@@ -251,60 +283,83 @@ def decode_count(message: pb.CountResponse) -> int:
 
 def encode_put_start(result: PutStartResult) -> pb.PutStartResponse:
     """One key's :class:`PutStartResult` to protobuf."""
-    return pb.PutStartResponse(
-        code=int(result.code),
-        replicas=[encode_replica(r) for r in result.replicas],
-        write_id=result.write_id,
-    )
+    message = pb.PutStartResponse(code=result.code, write_id=result.write_id)
+    _add_replicas(message.replicas, result.replicas)
+    return message
 
 
 def decode_put_start(message: pb.PutStartResponse) -> PutStartResult:
-    """A PutStartResponse to :class:`PutStartResult`."""
-    return PutStartResult(
-        message.code, tuple(decode_replica(r) for r in message.replicas), message.write_id
+    """A PutStartResponse to :class:`PutStartResult`.
+
+    Raises:
+        ValueError: a replica's status is not a :class:`ReplicaStatus`.
+    """
+    return _build_put_start(
+        code=message.code,
+        replicas=tuple(map(decode_replica, message.replicas)),
+        write_id=message.write_id,
     )
 
 
 def encode_put_starts(results: Iterable[PutStartResult]) -> pb.BatchPutStartResponse:
     """One :class:`PutStartResult` per key to a BatchPutStartResponse."""
-    return pb.BatchPutStartResponse(results=[encode_put_start(r) for r in results])
+    message = pb.BatchPutStartResponse()
+    add = message.results.add
+    for result in results:
+        _add_replicas(add(code=result.code, write_id=result.write_id).replicas, result.replicas)
+    return message
 
 
 def decode_put_starts(message: pb.BatchPutStartResponse) -> list[PutStartResult]:
     """A BatchPutStartResponse to one :class:`PutStartResult` per key."""
-    return [decode_put_start(r) for r in message.results]
+    return list(map(decode_put_start, message.results))
 
 
 def encode_replica_list(result: ReplicaListResult) -> pb.GetReplicaListResponse:
     """One key's :class:`ReplicaListResult` to protobuf."""
-    return pb.GetReplicaListResponse(
-        code=int(result.code),
-        replicas=[encode_replica(r) for r in result.replicas],
+    message = pb.GetReplicaListResponse(
+        code=result.code,
         lease_ttl_ms=result.lease_ttl_ms,
         size=result.size,
         read_id=result.read_id,
     )
+    _add_replicas(message.replicas, result.replicas)
+    return message
 
 
 def decode_replica_list(message: pb.GetReplicaListResponse) -> ReplicaListResult:
-    """A GetReplicaListResponse to :class:`ReplicaListResult`."""
-    return ReplicaListResult(
-        message.code,
-        tuple(decode_replica(r) for r in message.replicas),
-        message.lease_ttl_ms,
-        message.size,
-        message.read_id,
+    """A GetReplicaListResponse to :class:`ReplicaListResult`.
+
+    Raises:
+        ValueError: a replica's status is not a :class:`ReplicaStatus`.
+    """
+    return _build_replica_list(
+        code=message.code,
+        replicas=tuple(map(decode_replica, message.replicas)),
+        lease_ttl_ms=message.lease_ttl_ms,
+        size=message.size,
+        read_id=message.read_id,
     )
 
 
 def encode_replica_lists(results: Iterable[ReplicaListResult]) -> pb.BatchGetReplicaListResponse:
     """One :class:`ReplicaListResult` per key to a BatchGetReplicaListResponse."""
-    return pb.BatchGetReplicaListResponse(results=[encode_replica_list(r) for r in results])
+    message = pb.BatchGetReplicaListResponse()
+    add = message.results.add
+    for result in results:
+        entry = add(
+            code=result.code,
+            lease_ttl_ms=result.lease_ttl_ms,
+            size=result.size,
+            read_id=result.read_id,
+        )
+        _add_replicas(entry.replicas, result.replicas)
+    return message
 
 
 def decode_replica_lists(message: pb.BatchGetReplicaListResponse) -> list[ReplicaListResult]:
     """A BatchGetReplicaListResponse to one :class:`ReplicaListResult` per key."""
-    return [decode_replica_list(r) for r in message.results]
+    return list(map(decode_replica_list, message.results))
 
 
 def encode_exists(result: int) -> pb.ExistKeyResponse:
