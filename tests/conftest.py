@@ -4,7 +4,6 @@ processes, all on 127.0.0.1."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 from mooncake_py import MooncakeDistributedStore
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.testing import InProcessMaster, MasterProcess
+from tests.line_worker import call_worker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "integration" / "client_worker.py"
@@ -42,16 +42,7 @@ class ClientProcess:
 
     def call(self, op: str, **kwargs: Any) -> Any:
         """Run one operation in the child and return its result (raises on its error)."""
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"client process {self.pid} died (exit {self.process.poll()})")
-        answer = json.loads(line)
-        if not answer["ok"]:
-            raise RuntimeError(answer["error"])
-        return answer["result"]
+        return call_worker(self.process, op, **kwargs)
 
     def kill(self) -> None:
         """SIGKILL: no cleanup runs in the child."""

@@ -251,15 +251,7 @@ class HttpMemoryBackend:
         minutes = (max_idle_ms + 0.5) / 60_000 if max_idle_ms else 0
         body = {"max_idle_minutes": minutes, "include_pinned": include_pinned}
         data = self._post("/release_stale_sessions", body)
-        return ReleaseResult(
-            sessions=_count(data, "sessions_released"),
-            released_objects=_count(data, "total_pages_freed"),
-            freed_bytes=_count(data, "total_bytes_freed"),
-            pending_bytes=_count(data, "pending_bytes"),
-            kept_shared=_count(data, "kept_shared"),
-            kept_hard_pinned=_count(data, "kept_hard_pinned"),
-            kept_writing=_count(data, "kept_writing"),
-        )
+        return _sessions_released(data, "total_pages_freed", "total_bytes_freed")
 
     def release_all_kv_sessions(self, confirm: bool = False) -> ReleaseResult:
         """``POST /v1/memory/release_all_sessions``: the totals.
@@ -268,15 +260,7 @@ class HttpMemoryBackend:
             InvalidParamsError: unless ``confirm`` (the master refuses, 400).
         """
         data = self._post("/release_all_sessions", {"confirm": confirm})
-        return ReleaseResult(
-            sessions=_count(data, "sessions_released"),
-            released_objects=_count(data, "pages_freed"),
-            freed_bytes=_count(data, "bytes_freed"),
-            pending_bytes=_count(data, "pending_bytes"),
-            kept_shared=_count(data, "kept_shared"),
-            kept_hard_pinned=_count(data, "kept_hard_pinned"),
-            kept_writing=_count(data, "kept_writing"),
-        )
+        return _sessions_released(data, "pages_freed", "bytes_freed")
 
     def release_kv_cache(self, keep_pinned: bool = True) -> ReleaseResult:
         """``POST /v1/memory/release_kv_cache``."""
@@ -441,6 +425,19 @@ def _list(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
 def _count(data: dict[str, Any], name: str) -> int:
     value = data.get(name, 0)
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _sessions_released(data: dict[str, Any], pages: str, freed: str) -> ReleaseResult:
+    """A many-session release answer (its page and byte totals under ``pages`` / ``freed``)."""
+    return ReleaseResult(
+        sessions=_count(data, "sessions_released"),
+        released_objects=_count(data, pages),
+        freed_bytes=_count(data, freed),
+        pending_bytes=_count(data, "pending_bytes"),
+        kept_shared=_count(data, "kept_shared"),
+        kept_hard_pinned=_count(data, "kept_hard_pinned"),
+        kept_writing=_count(data, "kept_writing"),
+    )
 
 
 def _unix_time(item: dict[str, Any], name: str) -> float:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mooncake_py.testing import InProcessMaster
+from tests.line_worker import call_worker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
@@ -58,16 +59,7 @@ class SessionClient:
 
     def call(self, op: str, **kwargs: Any) -> Any:
         """Run one operation in the child; returns its result."""
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"client process {self.process.pid} died")
-        answer = json.loads(line)
-        if not answer["ok"]:
-            raise RuntimeError(answer["error"])
-        return answer["result"]
+        return call_worker(self.process, op, **kwargs)
 
     def put(self, key: str, size: int, *sessions: str) -> None:
         """Write ``key`` (``size`` bytes) as a member of ``sessions``."""

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from unittest import mock
 
 from mooncake_py.cli import main as cli_main
+from tests.line_worker import call_worker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _CLI_ENV_VARS = (
@@ -73,16 +74,11 @@ class WriterProcess:
         )
 
     def call(self, op: str, **kwargs: Any) -> Any:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")
-        self.process.stdin.flush()
-        answer = json.loads(self.process.stdout.readline())
-        assert answer["ok"], answer["error"]
-        return answer["result"]
+        return call_worker(self.process, op, **kwargs)
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            with contextlib.suppress(OSError, ValueError, AssertionError):
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
                 self.call("leave")
             self.process.kill()
         self.process.wait(timeout=10)

@@ -38,6 +38,7 @@ from mooncake_py.client.stream_client import ChannelClient, ChannelError
 from mooncake_py.client.transfer import OP_READ, OP_WRITE, TransferClient, TransferOp
 from mooncake_py.testing import MasterProcess, wait_until
 from tests.integration.client_worker import digest, value_for
+from tests.line_worker import call_worker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKENS = {
@@ -65,12 +66,7 @@ class TenantProcess:
         )
 
     def call(self, op: str, **kwargs: Any) -> Any:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")
-        self.process.stdin.flush()
-        answer = json.loads(self.process.stdout.readline())
-        assert answer["ok"], answer["error"]
-        return answer["result"]
+        return call_worker(self.process, op, **kwargs)
 
     def stop(self) -> None:
         if self.process.poll() is None:

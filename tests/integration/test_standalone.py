@@ -9,7 +9,6 @@ are checked by hash against ``value_for(key, size)``.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -30,6 +29,7 @@ from mooncake_py.client.standalone_attach import exchange
 from mooncake_py.client.standalone_wire import recv_frame, send_frame
 from mooncake_py.testing import InProcessMaster, wait_until
 from tests.conftest import REPO_ROOT
+from tests.line_worker import call_worker
 
 WORKER = Path(__file__).resolve().parent / "standalone_worker.py"
 PORT = 50052
@@ -103,16 +103,7 @@ class Engine:
         return self.process.pid
 
     def call(self, op: str, **kwargs: Any) -> Any:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"engine {self.pid} died (exit {self.process.poll()})")
-        answer = json.loads(line)
-        if not answer["ok"]:
-            raise RuntimeError(answer["error"])
-        return answer["result"]
+        return call_worker(self.process, op, **kwargs)
 
     def kill(self) -> None:
         os.kill(self.pid, signal.SIGKILL)
