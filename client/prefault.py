@@ -15,10 +15,12 @@ the way is chosen for its failure mode, not its speed:
   *reports* failure (ENOMEM, EFAULT) instead of raising SIGBUS or quietly giving up;
 - ``fallocate`` plus ``MAP_POPULATE`` costs the same, but ``MAP_POPULATE`` ignores failures;
 - touching one byte per page (the fallback on older kernels) cannot fail cleanly: a page the
-  kernel cannot allocate raises SIGBUS. Before any populating, :func:`check_memory_available`
-  therefore refuses a segment larger than the memory this process may still use
-  (``MemAvailable``, and the memory cgroup's remaining limit), which is also what keeps a
-  huge segment from waking the OOM killer on kernels with ``MADV_POPULATE_WRITE``.
+  kernel cannot allocate raises SIGBUS. Before any populating, :func:`memory_shortfall`
+  therefore tells whether the segment is larger than the memory this process may still use
+  (``MemAvailable``, and the remaining limit of its memory cgroup and every parent, page cache
+  the kernel can reclaim not counted as used); such a segment is mapped lazily instead, as it
+  was before segments were populated (overcommit), which is also what keeps a huge segment
+  from waking the OOM killer.
 
 Accounting: the pages are shared memory (``Shmem`` in ``/proc/meminfo``, ``shmem`` in the
 cgroup's ``memory.stat``), charged to the cgroup of the process that first touches them. A
@@ -61,6 +63,10 @@ _libc.madvise.restype = ctypes.c_int
 
 _UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as a number near 2**63
 
+_UNSUPPORTED = frozenset({errno.EINVAL, errno.EPERM, errno.ENOSYS, errno.EOPNOTSUPP})
+"""Answers of ``madvise`` on the first chunk meaning the advice is unknown (kernels before
+5.14) or refused (a seccomp filter): populate by touching instead."""
+
 
 class SegmentMemoryError(InternalError):
     """The segment's memory could not be created or populated (setup returns
@@ -76,9 +82,11 @@ class SegmentMemoryError(InternalError):
 def available_memory() -> int | None:
     """Bytes this process may still allocate without pressure, or None where unknown.
 
-    The smaller of ``MemAvailable`` (``/proc/meminfo``) and, for each memory cgroup of this
-    process (v2 ``memory.max`` - ``memory.current``, v1 ``memory.limit_in_bytes`` -
-    ``memory.usage_in_bytes``), its remaining limit. Never raises; a few small file reads.
+    The smallest of ``MemAvailable`` (``/proc/meminfo``) and, for the memory cgroup of this
+    process and each of its parents (v2 ``memory.max`` - ``memory.current``, v1
+    ``memory.limit_in_bytes`` - ``memory.usage_in_bytes``), its remaining limit, with the
+    reclaimable page cache (``inactive_file`` of ``memory.stat``) not counted as used. Never
+    raises; a few small file reads per cgroup level.
     """
     figures = [_mem_available()]
     figures.extend(_cgroup_headroom())
@@ -101,42 +109,53 @@ def _cgroup_headroom() -> list[int]:
         return []
     headroom: list[int] = []
     for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":  # cgroup v2
-            files = (Path("/sys/fs/cgroup", path.lstrip("/")), "memory.max", "memory.current")
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":  # cgroup v2: the limits of every ancestor apply too
+            root, names = Path("/sys/fs/cgroup"), ("memory.max", "memory.current")
         elif "memory" in controllers.split(","):
-            files = (
-                Path("/sys/fs/cgroup/memory", path.lstrip("/")),
-                "memory.limit_in_bytes",
-                "memory.usage_in_bytes",
-            )
+            root = Path("/sys/fs/cgroup/memory")
+            names = ("memory.limit_in_bytes", "memory.usage_in_bytes")
         else:
             continue
-        directory, limit_name, usage_name = files
-        with contextlib.suppress(OSError, ValueError):
-            limit_text = (directory / limit_name).read_text().strip()
-            if limit_text == "max":
-                continue
-            limit = int(limit_text)
-            if limit < _UNLIMITED:
-                usage = int((directory / usage_name).read_text().strip())
-                headroom.append(max(0, limit - usage))
+        directory = root / path.strip("/")
+        while True:
+            left = _headroom_of(directory, *names)
+            if left is not None:
+                headroom.append(left)
+            if directory == root or root not in directory.parents:
+                break
+            directory = directory.parent
     return headroom
 
 
-def check_memory_available(size: int) -> None:
-    """Refuse to populate ``size`` bytes that this process cannot get (see
-    :func:`available_memory`; nothing is refused where the figure is unknown).
+def _headroom_of(directory: Path, limit_name: str, usage_name: str) -> int | None:
+    """One cgroup's limit minus its usage, reclaimable page cache not counted; None for no
+    limit or unreadable files."""
+    with contextlib.suppress(OSError, ValueError):
+        limit_text = (directory / limit_name).read_text().strip()
+        if limit_text == "max" or int(limit_text) >= _UNLIMITED:
+            return None
+        usage = int((directory / usage_name).read_text().strip())
+        reclaimable = 0
+        with contextlib.suppress(OSError, ValueError):
+            for stat in (directory / "memory.stat").read_text().splitlines():
+                name, _, value = stat.partition(" ")
+                if name in ("inactive_file", "total_inactive_file"):
+                    reclaimable = max(reclaimable, int(value))
+        return max(0, int(limit_text) - max(0, usage - reclaimable))
+    return None
 
-    Raises:
-        SegmentMemoryError: ``size`` exceeds the memory available.
-    """
+
+def memory_shortfall(size: int) -> str:
+    """Why ``size`` bytes cannot be populated now (a sentence), or "" when they can (or the
+    figure is unknown). See :func:`available_memory`."""
     available = available_memory()
     if available is not None and size > available:
-        raise SegmentMemoryError(
-            f"a segment of {size} bytes cannot be populated: {available} bytes available "
-            f"(set prefault_segment=false or {PREFAULT_ENV}=0 to map it lazily)"
-        )
+        return f"a segment of {size} bytes exceeds the {available} bytes available"
+    return ""
 
 
 def populate(mapping: mmap.mmap, address: int) -> str:
@@ -147,7 +166,7 @@ def populate(mapping: mmap.mmap, address: int) -> str:
     up to :func:`populate_threads` threads (the kernel zeroes every page, so populating is
     bound by the cores doing it; the calls release the GIL). Where the kernel does not know
     the advice (EINVAL on the first chunk), writes a zero byte into each page instead (a fresh
-    memfd is zero already, so no content changes). Call :func:`check_memory_available` first:
+    memfd is zero already, so no content changes). Ask :func:`memory_shortfall` first:
     the fallback cannot report an allocation failure. Call it before the mapping is shared
     (the fallback writes into it). O(pages) kernel work, about 0.6 s per GiB per core.
 
@@ -164,17 +183,18 @@ def populate(mapping: mmap.mmap, address: int) -> str:
         for start in range(0, size, POPULATE_CHUNK_BYTES)
     ]
     first_error = _advise(address, *chunks[0])
-    if first_error == errno.EINVAL:  # a kernel before 5.14
+    if first_error in _UNSUPPORTED:  # a kernel before 5.14, or a filter refusing the call
         _touch_every_page(mapping)
         return "touch"
     failures: list[tuple[int, int]] = [] if first_error == 0 else [(chunks[0][0], first_error)]
     pending = iter(chunks[1:])
     lock = threading.Lock()
+    stopped = threading.Event()
 
     def work() -> None:
         while True:
             with lock:
-                if failures:
+                if failures or stopped.is_set():
                     return
                 chunk = next(pending, None)
             if chunk is None:
@@ -188,10 +208,19 @@ def populate(mapping: mmap.mmap, address: int) -> str:
         threading.Thread(target=work, name=f"segment-populate-{n}", daemon=True)
         for n in range(min(populate_threads(), len(chunks) - 1))
     ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        # Interrupted (KeyboardInterrupt in a join): no worker may go on advising a range the
+        # caller is about to unmap. Each finishes the chunk it is on, then stops.
+        stopped.set()
+        for worker in workers:
+            while worker.is_alive():
+                with contextlib.suppress(KeyboardInterrupt):
+                    worker.join()
     if failures:
         start, error = min(failures)
         raise SegmentMemoryError(
@@ -223,8 +252,12 @@ def _advise(address: int, start: int, length: int) -> int:
 
 def _touch_every_page(mapping: mmap.mmap) -> None:
     size = len(mapping)
-    # One extended-slice assignment: a C loop writing the first byte of each page.
-    mapping[0:size:PAGE_SIZE] = bytes(len(range(0, size, PAGE_SIZE)))
+    zeros = bytes(POPULATE_CHUNK_BYTES // PAGE_SIZE)
+    # A chunk at a time: an extended-slice assignment is a C loop writing the first byte of
+    # each page; between chunks other threads get the GIL, and no temporary grows with size.
+    for start in range(0, size, POPULATE_CHUNK_BYTES):
+        end = min(size, start + POPULATE_CHUNK_BYTES)
+        mapping[start:end:PAGE_SIZE] = zeros[: len(range(start, end, PAGE_SIZE))]
 
 
 def fully_allocated(fd: int, size: int) -> bool:

@@ -23,13 +23,16 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import logging
 import mmap
 import os
 import socket
 import uuid
 from pathlib import Path
 
-from .prefault import SegmentMemoryError, check_memory_available, fully_allocated, populate
+from .prefault import SegmentMemoryError, fully_allocated, memory_shortfall, populate
+
+log = logging.getLogger(__name__)
 
 MEMFD_PREFIX = "mooncake_py/"
 """The memfd's name starts with this, followed by the segment id (it shows in
@@ -123,13 +126,13 @@ class LocalSegment(MappedMemory):
     Args:
         size: bytes (> 0).
         prefault: allocate and write-map every page now
-            (:func:`~mooncake_py.client.prefault.populate`, about 0.6 s per GiB), after
-            checking that the memory is available; False leaves the pages to be allocated by
-            the first write into each.
+            (:func:`~mooncake_py.client.prefault.populate`, about 0.6 s per GiB) when the
+            memory is available (else the segment is mapped lazily, with a warning); False
+            leaves the pages to be allocated by the first write into each.
 
     Raises:
         ValueError: ``size`` is not positive.
-        SegmentMemoryError: the memory could not be created, is not available, or could not
+        SegmentMemoryError: the memory could not be created or, though available, could not
             be populated (ENOMEM, a memfd limit, ...); nothing stays allocated.
 
     Attributes:
@@ -147,9 +150,12 @@ class LocalSegment(MappedMemory):
         self.segment_id = str(uuid.uuid4())
         self.fd = -1
         self.populated_by = ""
+        shortfall = memory_shortfall(size) if prefault else ""
+        if shortfall:
+            # As before segments were populated: the pages come on first write (overcommit).
+            log.warning("%s: mapping it lazily, not populating it", shortfall)
+            prefault = False
         try:
-            if prefault:
-                check_memory_available(size)
             fd = os.memfd_create(
                 MEMFD_PREFIX + self.segment_id,
                 os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0),

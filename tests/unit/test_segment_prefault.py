@@ -3,6 +3,7 @@ filled when the pages exist, and a segment that cannot be populated fails cleanl
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 from pathlib import Path
@@ -15,8 +16,9 @@ from mooncake_py.client.prefault import (
     POPULATE_CHUNK_BYTES,
     PREFAULT_ENV,
     SegmentMemoryError,
+    _headroom_of,
     available_memory,
-    check_memory_available,
+    memory_shortfall,
     populate,
 )
 from mooncake_py.client.segment import MEMFD_PREFIX, LocalSegment, MappedMemory
@@ -125,19 +127,35 @@ def test_a_peer_mapping_of_a_lazy_segment_allocates_nothing() -> None:
         segment.close()
 
 
-def test_a_segment_larger_than_the_available_memory_fails_and_keeps_nothing() -> None:
+def test_a_segment_larger_than_the_available_memory_is_mapped_lazily(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # As before segments were populated: overcommit, the pages come on first write.
     available = available_memory()
     assert available is not None and available > 0
     too_big = (available * 2 // mmap.PAGESIZE + 1) * mmap.PAGESIZE
-    before = segment_memfds()
-    with pytest.raises(SegmentMemoryError) as caught:
-        LocalSegment(too_big)
-    assert caught.value.code == ErrorCode.INTERNAL_ERROR
-    assert PREFAULT_ENV in str(caught.value)  # says how to map lazily instead
-    assert segment_memfds() == before
-    with pytest.raises(SegmentMemoryError):
-        check_memory_available(too_big)
-    check_memory_available(SIZE)
+    assert memory_shortfall(too_big) and memory_shortfall(SIZE) == ""
+    with caplog.at_level(logging.WARNING, logger="mooncake_py.client.segment"):
+        segment = LocalSegment(too_big)
+    try:
+        assert segment.populated_by == ""
+        assert "mapping it lazily" in caplog.text
+        segment.view[:4] = b"lazy"
+        assert bytes(segment.view[:4]) == b"lazy"
+    finally:
+        segment.close()
+
+
+def test_cgroup_headroom_does_not_count_reclaimable_page_cache(tmp_path: Path) -> None:
+    gib = 1 << 30
+    (tmp_path / "memory.max").write_text(f"{4 * gib}\n")
+    (tmp_path / "memory.current").write_text(f"{3 * gib}\n")
+    (tmp_path / "memory.stat").write_text(f"anon {gib // 2}\ninactive_file {5 * gib // 2}\n")
+    assert _headroom_of(tmp_path, "memory.max", "memory.current") == 4 * gib - gib // 2
+    (tmp_path / "memory.stat").unlink()
+    assert _headroom_of(tmp_path, "memory.max", "memory.current") == gib
+    (tmp_path / "memory.max").write_text("max\n")
+    assert _headroom_of(tmp_path, "memory.max", "memory.current") is None
 
 
 def test_a_range_the_kernel_cannot_populate_is_reported() -> None:
