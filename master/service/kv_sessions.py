@@ -89,9 +89,7 @@ class SessionService:
             session = self._state.sessions.get(resolved, session_id)
             if session is None:
                 return ErrorCode.SESSION_NOT_FOUND
-            if session.pinned and not pinned:
-                self._state.note_unpinned()
-            session.pinned = pinned
+            session.pinned = pinned  # an unpin bumps the pin epoch through the registry
             self._state.sessions.touch(session, self._clock())
             return ErrorCode.OK
 
@@ -166,7 +164,7 @@ class SessionService:
             now = self._clock()
         if info is None:
             return ErrorCode.SESSION_NOT_FOUND, None
-        return ErrorCode.OK, _public_info(info, now, time.time() - now)
+        return ErrorCode.OK, public_info(info, now, time.time() - now)
 
     def list_kv_sessions(
         self,
@@ -220,7 +218,7 @@ class SessionService:
                     last = session.session_id
                     idle_ms = (now - session.last_active_at) * 1000
                     if (pinned is None or session.pinned == pinned) and idle_ms >= min_idle_ms:
-                        infos.append(_public_info(describe(session), now, offset))
+                        infos.append(public_info(describe(session), now, offset))
                     if timer.spent():
                         break
                 else:
@@ -251,8 +249,9 @@ class SessionService:
         return ErrorCode.OK, KvSessionPage(keys, next_cursor)
 
 
-def _public_info(info: SessionInfo, now: float, offset: float) -> KvSessionInfo:
-    """Service-clock times to Unix times (``offset`` = wall time - service time), plus idle."""
+def public_info(info: SessionInfo, now: float, offset: float) -> KvSessionInfo:
+    """A session as the listing and get_kv_session report it: service-clock times to Unix
+    times (``offset`` = wall time - service time), plus idle."""
     return KvSessionInfo(
         session_id=info.session_id,
         pinned=info.pinned,

@@ -20,8 +20,9 @@ import time
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import KvSessionInfo
 
-from ..state.session_registry import KvSession
+from ..state.session_registry import KvSession, describe
 from .context import ServiceContext
+from .kv_sessions import public_info
 from .slices import SLICE_SECONDS, SliceTimer, Steps
 
 RANKINGS = ("pages_bytes", "exclusive_bytes", "idle_ms", "pages_cached")
@@ -130,7 +131,7 @@ def overview_sliced(
         now = clock()
         offset = time.time() - now
         infos = [
-            _info(session, now, offset)
+            public_info(describe(session), now, offset)
             for _, _, _, session in ranked
             if registry.get(session.tenant, session.session_id) is session
         ]
@@ -141,20 +142,6 @@ def _chosen(session: KvSession, now: float, pinned: bool | None, min_idle_ms: fl
     if pinned is not None and session.pinned != pinned:
         return False
     return (now - session.last_active_at) * 1000 >= min_idle_ms
-
-
-def _info(session: KvSession, now: float, offset: float) -> KvSessionInfo:
-    """A session as the listing reports it (Unix times; ``offset`` = wall - service time)."""
-    return KvSessionInfo(
-        session_id=session.session_id,
-        pinned=session.pinned,
-        member_count=len(session.members),
-        created_at=session.created_at + offset,
-        last_active_at=session.last_active_at + offset,
-        bytes=session.bytes,
-        exclusive_bytes=session.exclusive_bytes,
-        idle_ms=max(0, int((now - session.last_active_at) * 1000)),
-    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -286,9 +286,12 @@ class SessionRegistry:
             del self._counts[session.tenant]
 
     def _count_pin(self, session: KvSession, delta: int) -> None:
-        """``session`` (one of this registry's) was pinned (+1) or unpinned (-1). O(1)."""
+        """``session`` (one of this registry's) was pinned (+1) or unpinned (-1); an unpin
+        also tells ``on_unpinned`` (its members may have lost their pin). O(1)."""
         self._counts[session.tenant].pinned += delta
         self._pinned_total += delta
+        if delta < 0 and self._on_unpinned is not None:
+            self._on_unpinned()
 
     def hold(self, tenant: str, session_ids: Iterable[str]) -> list[KvSession]:
         """Keep the existing sessions among ``session_ids`` alive during an admitted write."""
