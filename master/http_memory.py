@@ -172,7 +172,9 @@ def parse_body(request: Request, fields: Mapping[str, Field]) -> dict[str, Any]:
         message = "POST bodies must be JSON (Content-Type: application/json)"
         raise BadRequest(error_reply(415, ErrorCode.INVALID_PARAMS, message))
     try:
-        body = json.loads(request.body) if request.body.strip() else {}
+        # Only an empty body means "no fields": anything else must be JSON, and JSON's
+        # whitespace is narrower than bytes.strip()'s (a lone form feed is not JSON).
+        body = json.loads(request.body) if request.body else {}
     except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
         raise _invalid("the body is not valid JSON") from None
     if not isinstance(body, dict):

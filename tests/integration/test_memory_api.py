@@ -336,6 +336,10 @@ def test_bad_input_gets_a_documented_code_and_changes_nothing(
     stale = "/v1/memory/release_stale_sessions"
     for body in ({"max_idle_minutes": -1}, {"max_idle_minutes": "1"}, {"max_idle_minutes": True}):
         assert call(port, stale, body)[0] == 400, body
+    # Only an empty body means "no fields"; bytes that str.strip() drops but JSON does not
+    # allow are not one (accepted, this would release every object below).
+    for raw in (b"\x0c", b" \x0b ", b"\x00"):
+        assert call(port, "/v1/memory/release_kv_cache", raw=raw)[0] == 400, raw
     for query in ("pinned=maybe", "limit=0", "limit=4097", "limit=x", "min_idle_minutes=-1"):
         assert call(port, f"/v1/memory/sessions?{query}")[0] == 400, query
     assert call(port, release, method="GET")[0] == 405

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, settings
 from mooncake_py import MooncakeDistributedStore, ReplicateConfig
 from mooncake_py.master.openapi import openapi_document
 from mooncake_py.testing import InProcessMaster
+from tests.fuzz.common import EXAMPLES
 
 schema = schemathesis.openapi.from_dict(openapi_document())
 
@@ -44,7 +45,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, InPr
 
 @schema.parametrize()
 @settings(
-    max_examples=25,
+    # Derandomized like the default fuzz run, so CI sees the same requests every time;
+    # MOONCAKE_PY_FUZZ_EXAMPLES=N (make fuzz) explores N fresh ones per operation.
+    max_examples=EXAMPLES or 25,
+    derandomize=not EXAMPLES,
+    database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
