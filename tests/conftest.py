@@ -17,6 +17,7 @@ import pytest
 from mooncake_py import MooncakeDistributedStore
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.testing import InProcessMaster, MasterProcess
+from tests.conftest_etcd import etcd_cluster, etcd_server  # noqa: F401
 from tests.line_worker import call_worker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

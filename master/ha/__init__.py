@@ -1,0 +1,1 @@
+"""Surviving the master: the replicated metadata log, snapshots, leader election on etcd."""
