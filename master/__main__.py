@@ -9,10 +9,17 @@ import sys
 from collections.abc import Sequence
 
 from .config import ConfigError, parse_args
+from .ha.log_store import LogStoreError
 from .server import MasterServer
 
+LOST_LEADERSHIP_EXIT = 3
+"""Exit status of a master that stopped because it lost the leadership."""
 
-async def _serve(server: MasterServer) -> None:
+
+async def _serve(server: MasterServer) -> int:
+    server.on_standby = lambda: print(
+        f"mooncake-py master standing by in cluster {server.config.cluster_id}", flush=True
+    )
     port = await server.start()
     # Printed (and flushed) so scripts that pass --port 0 (or --metrics_port 0) can read the
     # chosen ports: "... listening on HOST:PORT", then " http on port N" when HTTP is served.
@@ -26,8 +33,12 @@ async def _serve(server: MasterServer) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    lost = loop.create_task(server.lost_leadership.wait())
+    stopped = loop.create_task(stop.wait())
+    await asyncio.wait((lost, stopped), return_when=asyncio.FIRST_COMPLETED)
     await server.stop()
+    # A master that lost the leadership exits so that its supervisor restarts it as a standby.
+    return LOST_LEADERSHIP_EXIT if server.lost_leadership.is_set() else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,14 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        asyncio.run(_serve(MasterServer(config)))
+        return asyncio.run(_serve(MasterServer(config)))
     except ConfigError as exc:
         print(f"mooncake-py-master: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
+    except (RuntimeError, LogStoreError, ValueError) as exc:
         print(f"mooncake-py-master: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import contextlib
 import json
 import math
 import os
-from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
@@ -44,6 +43,8 @@ from mooncake_py.units import (
     parse_duration,
     parse_duration_ms,
 )
+
+from .config_constraints import AtLeast, Constraint, InRange, OneOf, Positive
 
 __all__ = [
     "AtLeast",
@@ -67,99 +68,6 @@ __all__ = [
 Kind = Literal["address", "path", "str", "bool", "int", "float", "seconds", "milliseconds"]
 """What a field holds: a host to bind, a file path, a string, a bool, an int, a float, a
 duration in seconds (float) or in milliseconds (int)."""
-
-
-class Constraint(ABC):
-    """A rule a field's (type-checked) value must follow, declared next to the field."""
-
-    @abstractmethod
-    def admits(self, value: Any) -> bool:
-        """Whether ``value`` follows the rule."""
-
-    @property
-    @abstractmethod
-    def expected(self) -> str:
-        """What a rejected value must be instead, as the error message puts it."""
-
-    def canonical(self, value: Any) -> Any:
-        """The stored form of an admitted value; the value itself unless overridden."""
-        return value
-
-
-@dataclass(frozen=True)
-class InRange(Constraint):
-    """``low <= value <= high``, or ``low < value <= high`` when ``low_open``."""
-
-    low: int | float
-    high: int | float
-    low_open: bool = False
-
-    def admits(self, value: Any) -> bool:
-        above_low = self.low < value if self.low_open else self.low <= value
-        return bool(above_low and value <= self.high)
-
-    @property
-    def expected(self) -> str:
-        return f"in {self}"
-
-    def __str__(self) -> str:
-        return f"{'(' if self.low_open else '['}{self.low}, {self.high}]"
-
-
-@dataclass(frozen=True)
-class AtLeast(Constraint):
-    """``value >= bound``."""
-
-    bound: int | float
-
-    def admits(self, value: Any) -> bool:
-        return bool(value >= self.bound)
-
-    @property
-    def expected(self) -> str:
-        return str(self)
-
-    def __str__(self) -> str:
-        return f">= {self.bound}"
-
-
-@dataclass(frozen=True)
-class Positive(Constraint):
-    """``value > 0``."""
-
-    def admits(self, value: Any) -> bool:
-        return bool(value > 0)
-
-    @property
-    def expected(self) -> str:
-        return str(self)
-
-    def __str__(self) -> str:
-        return "> 0"
-
-
-@dataclass(frozen=True, init=False)
-class OneOf(Constraint):
-    """One of ``choices`` in any case; the value is stored as the choice is spelled."""
-
-    choices: tuple[str, ...]
-
-    def __init__(self, *choices: str) -> None:
-        object.__setattr__(self, "choices", choices)
-
-    def admits(self, value: Any) -> bool:
-        return self._match(value) is not None
-
-    def canonical(self, value: Any) -> Any:
-        return self._match(value)
-
-    @property
-    def expected(self) -> str:
-        return "one of " + ", ".join(self.choices)
-
-    def _match(self, value: Any) -> str | None:
-        lowered = value.lower() if isinstance(value, str) else None
-        return next((c for c in self.choices if c.lower() == lowered), None)
 
 
 @dataclass(frozen=True)
@@ -353,6 +261,56 @@ class MasterConfig:
         "Keys per attach and largest key page (MC_KV_SESSION_MAX_BATCH).",
         Positive(),
     )
+    enable_ha: bool = _opt(
+        False,
+        "bool",
+        "Elect a leader among the masters of --cluster_id on etcd (--etcd_endpoints); the "
+        "others stand by, following the replicated metadata log, and take over when it dies.",
+    )
+    etcd_endpoints: str = _opt(
+        "", "str", "etcd endpoints, HOST:PORT separated by ';' or ',' (with --enable_ha)."
+    )
+    cluster_id: str = _opt(
+        "mooncake_cluster", "str", "Names the HA cluster: its leader key and log in etcd."
+    )
+    ha_lease_ttl_sec: float = _opt(
+        5.0,
+        "seconds",
+        "TTL of the leader's etcd lease: a dead leader is replaced within about this long.",
+        InRange(1.0, 3600.0),
+    )
+    ha_advertise_address: str = _opt(
+        "",
+        "str",
+        "HOST:PORT clients reach this master at, published when it leads (default: "
+        "--rpc_address and the bound port).",
+    )
+    enable_snapshot: bool = _opt(
+        False,
+        "bool",
+        "Without HA: log every metadata change to --snapshot_dir before answering, with "
+        "periodic snapshots, so a restart recovers the objects (--enable_snapshot_restore).",
+    )
+    enable_snapshot_restore: bool = _opt(
+        False,
+        "bool",
+        "At start, recover the metadata from --snapshot_dir (with --enable_snapshot).",
+    )
+    snapshot_dir: str = _opt(
+        "",
+        "path",
+        "Directory of the metadata log and snapshots (default: $MOONCAKE_SNAPSHOT_LOCAL_PATH).",
+    )
+    snapshot_interval_seconds: float = _opt(
+        600.0,
+        "seconds",
+        "Seconds between metadata snapshots (0: by record count only).",
+        AtLeast(0.0),
+    )
+    snapshot_log_records: int = _opt(
+        100_000, "int", "Log records between metadata snapshots (0: by time only).", AtLeast(0)
+    )
+    snapshot_retention_count: int = _opt(2, "int", "Metadata snapshots kept.", Positive())
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -361,6 +319,28 @@ class MasterConfig:
             if getattr(self, low) > getattr(self, high):
                 raise invalid_value(low, getattr(self, low), f"<= {high}={getattr(self, high)!r}")
         self.tls()  # raises ConfigError naming a missing file or an incomplete TLS setting
+        if self.enable_ha and not self.etcd_endpoints.strip():
+            raise invalid_value("etcd_endpoints", self.etcd_endpoints, "set with --enable_ha")
+        if self.enable_ha:
+            from mooncake_py.ha_names import parse_etcd_endpoints
+
+            try:
+                parse_etcd_endpoints(self.etcd_endpoints)
+            except ValueError as exc:
+                raise invalid_value("etcd_endpoints", self.etcd_endpoints, str(exc)) from None
+        if self.enable_snapshot_restore and not (self.enable_snapshot or self.enable_ha):
+            raise invalid_value(
+                "enable_snapshot_restore", True, "used with --enable_snapshot (or --enable_ha)"
+            )
+        if self.enable_snapshot and not self.enable_ha and not self.snapshot_directory():
+            raise invalid_value(
+                "snapshot_dir", self.snapshot_dir, "set (or $MOONCAKE_SNAPSHOT_LOCAL_PATH)"
+            )
+
+    def snapshot_directory(self) -> str:
+        """Where the metadata log and snapshots live without HA: ``snapshot_dir``, else
+        upstream's ``$MOONCAKE_SNAPSHOT_LOCAL_PATH``; "" when neither is set."""
+        return self.snapshot_dir or os.environ.get("MOONCAKE_SNAPSHOT_LOCAL_PATH", "")
 
     def tls(self) -> TlsConfig | None:
         """The TLS settings of every port, or None when the master serves plaintext.

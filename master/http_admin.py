@@ -12,7 +12,7 @@ path                                    method  answer
 ``/metrics/summary``                    GET     one line: role, state, readiness, master={...}
 ``/health``                             GET     ``{status, role, ha_state, service_ready}``
 ``/role``, ``/ha_status``               GET     ``leader``, ``serving`` (text)
-``/leader``                             GET     ``{"present":false}`` (no HA: no leader view)
+``/leader``                             GET     ``{present, leader_address, view_version}`` (HA)
 ``/version``                            GET     ``{version, display_version}``
 ``/get_all_keys``                       GET     the tenant's keys, one per line (streamed)
 ``/query_key?key=K``                    GET     ``{"success":true,"data":[descriptor...]}``
@@ -69,7 +69,7 @@ run on many HTTP threads at once (every state access takes the service lock as d
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mooncake_py import __version__
@@ -124,6 +124,8 @@ class AdminApi:
         occupancy: the sampled occupancy history for the memory API's stats (None: none).
         allowed_hosts: host names browsers may use besides IP literals, ``localhost`` and this
             machine's names (:class:`~.http_common.BrowserGuard`).
+        leader: an HA leader's view (``leader_address``, ``view_version``, ``cluster_id``);
+            None without HA (``/leader`` then answers ``{"present": false}``).
     """
 
     def __init__(
@@ -134,8 +136,11 @@ class AdminApi:
         authority: TokenAuthority | None,
         occupancy: OccupancyHistory | None = None,
         allowed_hosts: Sequence[str] = (),
+        leader: Mapping[str, Any] | None = None,
     ) -> None:
         self._service = service
+        # Upstream's leader view (present, leader_address, view_version) of an HA leader.
+        leader_view = {"present": True, **leader} if leader else {"present": False}
         self._rpcs = rpcs
         self._metrics_text = metrics_text
         self._authority = authority
@@ -151,7 +156,7 @@ class AdminApi:
             "/health": Route(get, self._health, False),
             "/role": Route(get, lambda _: _text(200, ROLE, PLAIN), False),
             "/ha_status": Route(get, lambda _: _text(200, HA_STATE, PLAIN), False),
-            "/leader": Route(get, lambda _: _json(200, {"present": False}), False),
+            "/leader": Route(get, lambda _: _json(200, leader_view), False),
             "/version": Route(get, self._version, False),
             "/get_all_keys": Route(get, self._all_keys, True),
             "/query_key": Route(get, self._query_key, True),

@@ -21,9 +21,9 @@ import selectors
 import socket
 import ssl
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -37,6 +37,10 @@ from .service.release import AWAKE, KV_CACHE_RELEASED, RELEASE_KINDS, SLEEP_STAT
 from .transport.auth import TokenAuthority
 
 CONTENT_TYPE = TEXT
+
+
+if TYPE_CHECKING:
+    from .ha.replicator import Replicator
 
 log = logging.getLogger(__name__)
 
@@ -345,6 +349,8 @@ class MetricsServer:
         tls_context: ssl.SSLContext | None = None,
         occupancy: OccupancyHistory | None = None,
         allowed_hosts: Sequence[str] = (),
+        replicator: Replicator | None = None,
+        leader: Mapping[str, Any] | None = None,
     ) -> None:
         # Two views of the same figures: every family, and every family but those labelled
         # by tenant, which a master with tokens serves only to admin tokens (/metrics stays
@@ -360,7 +366,7 @@ class MetricsServer:
         def metrics_text(per_tenant: bool) -> bytes:
             return generate_latest(full if per_tenant else store_wide)
 
-        api = AdminApi(service, rpcs, metrics_text, authority, occupancy, allowed_hosts)
+        api = AdminApi(service, rpcs, metrics_text, authority, occupancy, allowed_hosts, leader)
         self.api = api
 
         class Handler(BaseHTTPRequestHandler):
@@ -403,6 +409,7 @@ class MetricsServer:
                     self._send(Reply(413, "text/plain", b"request body too large\n"), method)
                     return
                 body = self.rfile.read(length) if length else b""
+                marks = replicator.journal.marks if replicator is not None else 0
                 try:
                     reply = api.handle(
                         method,
@@ -419,6 +426,11 @@ class MetricsServer:
                 except Exception:  # a bug must not kill the port: answer 500 and say why
                     log.exception("admin path %s failed", self.path.split("?")[0])
                     reply = Reply(500, "text/plain", b"internal error\n")
+                if replicator is not None:
+                    # What the request changed is answered only once it is in the log.
+                    needed = replicator.needed(marks)
+                    if needed and not replicator.wait_durable_blocking(needed, REQUEST_TIMEOUT_S):
+                        reply = Reply(503, "text/plain", b"the change could not be replicated\n")
                 self._send(reply, method)
 
             def _send(self, reply: Reply, method: str) -> None:

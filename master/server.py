@@ -3,7 +3,9 @@ call pipeline, plus ``/metrics`` and the background timers."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 import time
 from collections.abc import Callable
 
@@ -18,6 +20,7 @@ from mooncake_py._wire.rpcs import SERVICE_NAME
 from .background import BackgroundLoops
 from .clock import monotonic_clock
 from .config import MasterConfig
+from .ha.durability import MetadataDurability
 from .metrics import MetricsServer, RpcCounters
 from .occupancy import OccupancyHistory
 from .service.facade import MasterService
@@ -30,6 +33,14 @@ log = logging.getLogger(__name__)
 
 GRPC_MAX_STREAMS_PER_CONNECTION = 256
 """Concurrent calls one gRPC connection may carry (HTTP/2 streams)."""
+
+
+def free_port(host: str) -> int:
+    """A port free on ``host`` now (bound and released at once; another process could take
+    it before it is bound again, which the bind then reports)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 class MasterServer:
@@ -59,6 +70,7 @@ class MasterServer:
         self.port = 0
         self.fast_port = 0
         self.metrics_port = 0
+        self._reserved_port = 0
         self._metrics: MetricsServer | None = None
         self._server: grpc.aio.Server | None = None
         self._channel: StreamChannel | None = None
@@ -82,21 +94,49 @@ class MasterServer:
         self._tls = config.tls()
         self._tls_context = tls.server_context(self._tls) if self._tls is not None else None
         self._pipeline = CallPipeline(self.service, authority, RpcCounters())
+        # The replicated metadata log (--enable_ha, --enable_snapshot); its standby phase runs
+        # inside start(), before any port is bound.
+        self.durability = MetadataDurability(config, self.service, self._lost_leadership)
+        self.lost_leadership = asyncio.Event()
+        self.on_standby: Callable[[], None] = lambda: None
 
     @property
     def address(self) -> str:
         """``host:port`` clients should dial."""
+        return self._address_of(self.port)
+
+    def _address_of(self, port: int) -> str:
         host = self.config.rpc_address
         if host in ("0.0.0.0", "", "::"):
             host = "127.0.0.1"
-        return f"{host}:{self.port}"
+        return f"{host}:{port}"
+
+    def _bind_port(self) -> int:
+        # An HA master publishes its address before it binds: port 0 was resolved up front.
+        return self._reserved_port or self.config.port
+
+    def _lost_leadership(self, exc: BaseException) -> None:
+        """Another master may be writing the log: stop answering at once."""
+        log.error("stopping: %s", exc)
+        self.lost_leadership.set()
+        asyncio.get_running_loop().create_task(self.stop(0))
 
     async def start(self) -> int:
-        """Bind and start serving; returns the bound port.
+        """Bind and start serving; returns the bound port. With ``--enable_ha`` this
+        waits, as a standby following the log, until this master is elected leader (it
+        calls :attr:`on_standby` once it follows); with ``--enable_snapshot`` it first
+        restores the state when asked to.
 
         Raises:
             RuntimeError: the address could not be bound.
+            LogStoreError, ValueError: the metadata log could not be read.
         """
+        if self.durability.enabled:
+            if self.config.enable_ha and self.config.port == 0:
+                self._reserved_port = free_port(self.config.rpc_address)
+            advertise = self.config.ha_advertise_address or self._address_of(self._bind_port())
+            await self.durability.before_serving(advertise, self.on_standby)
+            self._pipeline.replicator = self.durability.replicator
         limit = self.config.max_message_bytes
         options: list[tuple[str, int]] = [
             ("grpc.max_receive_message_length", limit),
@@ -115,7 +155,7 @@ class MasterServer:
             interceptors=gates,
         )
         add_to_server(self._pipeline, server)
-        bind = f"{self.config.rpc_address}:{self.config.port}"
+        bind = f"{self.config.rpc_address}:{self._bind_port()}"
         try:
             if self._tls is None:
                 self.port = server.add_insecure_port(bind)
@@ -149,6 +189,8 @@ class MasterServer:
                 allowed_hosts=[
                     h.strip() for h in self.config.http_allowed_hosts.split(",") if h.strip()
                 ],
+                replicator=self.durability.replicator,
+                leader=self.durability.leader_view(),
             )
             self.metrics_port = self._metrics.port
         if self.config.fast_rpc_port >= 0:
@@ -189,6 +231,7 @@ class MasterServer:
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
+        await self.durability.close()
 
     async def wait_for_termination(self) -> None:
         """Block until the server stops."""

@@ -132,8 +132,12 @@ class MasterProcess:
         self.address = ""
         self.metrics_port = 0
 
-    def start(self, timeout_s: float = 30.0) -> MasterProcess:
+    def start(self, timeout_s: float = 30.0, standby: bool = False) -> MasterProcess:
         """Launch and wait for the "listening on" line; returns self.
+
+        Args:
+            standby: an HA master: return once it stands by (prints "standing by") and
+                read its "listening on" line later with :meth:`wait_leading`.
 
         Raises:
             RuntimeError: the master exited or did not report its port in time.
@@ -146,9 +150,26 @@ class MasterProcess:
             env=self._env,
         )
         line = _readline_with_timeout(self.process, timeout_s)
+        if standby:
+            if "standing by" not in line:
+                self.stop()
+                raise RuntimeError(f"master did not stand by: {line!r}")
+            return self
+        return self._listening(line)
+
+    def wait_leading(self, timeout_s: float = 30.0) -> MasterProcess:
+        """For a master started with ``standby=True``: wait until it leads and serves.
+
+        Raises:
+            RuntimeError: it exited or did not report its port in time.
+        """
+        assert self.process is not None
+        return self._listening(_readline_with_timeout(self.process, timeout_s))
+
+    def _listening(self, line: str) -> MasterProcess:
         if "listening on" not in line:
             self.stop()
-            raise RuntimeError(f"master did not start: {line!r}")
+            raise RuntimeError(f"master did not start: {line!r}{self._stderr_tail()}")
         found = re.search(r"listening on \S+:(\d+)(?: http on port (\d+))?", line)
         if found is None:
             self.stop()
@@ -156,6 +177,13 @@ class MasterProcess:
         self.address = f"127.0.0.1:{found.group(1)}"
         self.metrics_port = int(found.group(2) or 0)
         return self
+
+    def _stderr_tail(self, lines: int = 15) -> str:
+        """The last lines the (stopped) child wrote to stderr, for an error message."""
+        if self.process is None or self.process.poll() is None or self.process.stderr is None:
+            return ""
+        tail = self.process.stderr.read().splitlines()[-lines:]
+        return ("; stderr:\n" + "\n".join(tail)) if tail else ""
 
     @property
     def pid(self) -> int:

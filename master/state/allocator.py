@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sortedcontainers import SortedDict, SortedList
 
 
@@ -141,6 +143,41 @@ class OffsetAllocator:
             end += nxt_len
         self._insert_free(start, end - start)
         return size
+
+    def restore_allocations(self, allocations: Iterable[tuple[int, int]]) -> None:
+        """Hold exactly ``allocations`` (offset, rounded size) in this fresh allocator: what
+        another master's allocator of the same segment held. O(n log n).
+
+        Raises:
+            ValueError: the allocator is not fresh, or a range is misaligned, overlaps
+                another or lies outside the segment.
+        """
+        if self._allocations:
+            raise ValueError("restore_allocations needs a fresh allocator")
+        ranges = sorted(allocations)
+        align = self._alignment
+        cursor = 0
+        for offset, size in ranges:
+            if offset % align or size <= 0 or size % align or offset < cursor:
+                raise ValueError(f"range ({offset}, {size}) is misaligned or overlaps")
+            cursor = offset + size
+        if cursor > self._usable:
+            raise ValueError(f"a range ends at {cursor}, past the segment ({self._usable})")
+        self._free_by_size.clear()
+        self._free_by_offset.clear()
+        cursor = 0
+        for offset, size in ranges:
+            if offset > cursor:
+                self._insert_free(cursor, offset - cursor)
+            self._allocations[offset] = size
+            self._used += size
+            cursor = offset + size
+        if cursor < self._usable:
+            self._insert_free(cursor, self._usable - cursor)
+
+    def allocations(self) -> list[tuple[int, int]]:
+        """Every live allocation as (offset, rounded size). O(allocations)."""
+        return list(self._allocations.items())
 
     def size_of(self, offset: int) -> int:
         """Returns the rounded size of the allocation at ``offset``. O(1).

@@ -16,6 +16,11 @@ Thread-safety: none. The master service serializes every call under its lock.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..ha.journal import Journal
+
 
 class ClientRegistry:
     """Deadlines of live clients, oldest first.
@@ -33,6 +38,9 @@ class ClientRegistry:
         self._tenant_of: dict[str, str] = {}
         # Bound but never touched: binding deadline, in binding order (so oldest first).
         self._unregistered: dict[str, float] = {}
+        # Told of every binding, good standing and forgetting, when the metadata is
+        # replicated (deadlines are not: a new leader gives every client a fresh one).
+        self.journal: Journal | None = None
 
     def touch(self, client_id: str, now: float) -> None:
         """Record that ``client_id`` is alive at ``now``. O(1)."""
@@ -51,6 +59,8 @@ class ClientRegistry:
         if holder is not None:
             return holder == tenant
         self._tenant_of[client_id] = tenant
+        if self.journal is not None:
+            self.journal.client(client_id)
         if client_id not in self._deadlines:
             self._unregistered[client_id] = now + self._ttl_s
         return True
@@ -62,6 +72,8 @@ class ClientRegistry:
     def mark_ok(self, client_id: str) -> None:
         """Put a client into good standing (after it remounted its segments)."""
         self._ok.add(client_id)
+        if self.journal is not None:
+            self.journal.client(client_id)
 
     def is_ok(self, client_id: str) -> bool:
         """True when the client remounted since it was last expired or since master start."""
@@ -73,6 +85,12 @@ class ClientRegistry:
         self._ok.discard(client_id)
         self._tenant_of.pop(client_id, None)
         self._unregistered.pop(client_id, None)
+        if self.journal is not None:
+            self.journal.client(client_id)
+
+    def known(self) -> set[str]:
+        """Every client id with a deadline, a good standing or a binding. O(clients)."""
+        return set(self._deadlines) | self._ok | set(self._tenant_of)
 
     def pop_expired(self, now: float) -> list[str]:
         """Remove and return clients whose deadline is at or before ``now``. O(expired)."""

@@ -24,6 +24,10 @@ class GrantHolds:
     """
 
     def __init__(self) -> None:
+        # Until this wall-clock ms every freed range is held, shared segment or not: a master
+        # restored from the log cannot know which readers and writers of the old leader may
+        # still touch a range (see :func:`mooncake_py.master.ha.rows.restore_into`).
+        self.floor_ms = 0
         self._expiry: dict[tuple[str, int], int] = {}
         self._held: list[tuple[int, str, int]] = []  # heap of (expires_ms, segment id, offset)
         self._held_by_segment: dict[str, int] = {}
@@ -38,12 +42,17 @@ class GrantHolds:
     def hold_on_free(self, segment_id: str, offset: int, now_ms: int) -> bool:
         """The range is being freed: True when it must be held (a grant for it is still valid
         at ``now_ms``), False when it may go back to the allocator now. O(log held)."""
-        expires = self._expiry.pop((segment_id, offset), 0)
+        expires = max(self._expiry.pop((segment_id, offset), 0), self.floor_ms)
         if expires <= now_ms:
             return False
-        heapq.heappush(self._held, (expires, segment_id, offset))
-        self._held_by_segment[segment_id] = self._held_by_segment.get(segment_id, 0) + 1
+        self.hold(segment_id, offset, expires)
         return True
+
+    def hold(self, segment_id: str, offset: int, until_ms: int) -> None:
+        """Hold the allocated range at ``offset`` until ``until_ms`` (wall clock), then let
+        :meth:`due` hand it back. O(log held)."""
+        heapq.heappush(self._held, (until_ms, segment_id, offset))
+        self._held_by_segment[segment_id] = self._held_by_segment.get(segment_id, 0) + 1
 
     def due(self, now_ms: int) -> list[tuple[str, int]]:
         """The held ranges whose grants have all expired by ``now_ms``, no longer held (the

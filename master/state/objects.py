@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mooncake_py.types import ReplicaStatus, SoftPinAction
 
 from .tenant_tally import TenantTallies
+
+if TYPE_CHECKING:
+    from ..ha.journal import Journal
 
 ObjectId = tuple[str, str]
 """(tenant, key): the identity of an object."""
@@ -192,6 +195,8 @@ class ObjectTable:
         self._groups: dict[tuple[str, str], dict[ObjectId, None]] = {}
         # Read-only outside this class: every change below keeps it exact.
         self.tallies = TenantTallies()
+        # Told of every object whose image changes, when the metadata is replicated.
+        self.journal: Journal | None = None
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -224,6 +229,8 @@ class ObjectTable:
             self._by_segment.setdefault(replica.segment_id, {})[oid] = None
         self.tallies.on_inserted(meta)
         self._refresh_processing(meta)
+        if self.journal is not None:
+            self.journal.object(oid)
 
     def erase(self, object_id: ObjectId) -> ObjectMetadata | None:
         """Remove an object and its index entries; returns it (or None if absent)."""
@@ -234,6 +241,8 @@ class ObjectTable:
         for replica in meta.replicas:
             self._unindex_segment(replica.segment_id, object_id)
         self.tallies.on_erased(meta)
+        if self.journal is not None:
+            self.journal.object(object_id)
         if meta.group_id:
             group = self._groups[(meta.tenant, meta.group_id)]
             group.pop(object_id, None)
@@ -264,6 +273,8 @@ class ObjectTable:
         self._refresh_processing(meta)
         if self._on_reweigh is not None:
             self._on_reweigh(meta)
+        if self.journal is not None:
+            self.journal.object(meta.object_id)
 
     def add_replicas(self, meta: ObjectMetadata, replicas: Sequence[Replica]) -> None:
         """Give ``meta`` more replicas (an upsert that reallocated)."""
@@ -274,6 +285,8 @@ class ObjectTable:
         self._refresh_processing(meta)
         if self._on_reweigh is not None:
             self._on_reweigh(meta)
+        if self.journal is not None:
+            self.journal.object(meta.object_id)
 
     def mark_processing(self, meta: ObjectMetadata) -> None:
         """Flip every COMPLETE replica of ``meta`` back to PROCESSING (a rewrite in place;
@@ -282,6 +295,8 @@ class ObjectTable:
             if replica.status == ReplicaStatus.COMPLETE:
                 replica.status = ReplicaStatus.PROCESSING
         self._refresh_processing(meta)
+        if self.journal is not None:
+            self.journal.object(meta.object_id)
 
     def mark_complete(self, meta: ObjectMetadata) -> None:
         """Flip every PROCESSING replica of ``meta`` to COMPLETE: it is readable and no longer
@@ -294,6 +309,8 @@ class ObjectTable:
         # ``readable`` was exact before: a COMPLETE replica now is an old one or a flipped one.
         meta.readable = meta.readable or flipped
         self._processing.pop(meta.object_id, None)
+        if self.journal is not None:
+            self.journal.object(meta.object_id)
 
     def group_members(self, tenant: str, group_id: str) -> list[ObjectMetadata]:
         """Current members of a group. O(members)."""

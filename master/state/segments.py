@@ -26,12 +26,16 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from mooncake_py import capability
 from mooncake_py.types import SegmentInfo
 
 from .allocator import OffsetAllocator
 from .grant_holds import GrantHolds
+
+if TYPE_CHECKING:
+    from ..ha.journal import Journal
 
 # Upper bound on the names a strategy walks for one object, as upstream's random strategy.
 MAX_PLACEMENT_TRIES = 100
@@ -113,6 +117,9 @@ class SegmentManager:
         # wall clock capabilities expire by (ms; tests inject their own).
         self.grant_holds = GrantHolds()
         self.wall_ms: Callable[[], int] = capability.now_ms
+        # Told of every mount, withdrawal, allocation and free, when the metadata is
+        # replicated.
+        self.journal: Journal | None = None
 
     # -- mounting --------------------------------------------------------------------------
 
@@ -152,6 +159,8 @@ class SegmentManager:
         self._segments[info.id] = mounted
         self._by_name.setdefault(info.name, []).append(mounted)
         self._by_client.setdefault(client_id, {})[info.id] = None
+        if self.journal is not None:
+            self.journal.segment(info.id)
         return mounted
 
     def unmount(self, segment_id: str) -> MountedSegment | None:
@@ -162,6 +171,8 @@ class SegmentManager:
         mounted = self._segments.pop(segment_id, None)
         if mounted is None:
             return None
+        if self.journal is not None:
+            self.journal.segment(segment_id)
         self.grant_holds.drop_segment(segment_id)
         self._restricted -= _restricted(mounted)
         peers = self._by_name[mounted.info.name]
@@ -191,11 +202,14 @@ class SegmentManager:
         mounted = self._segments.get(segment_id)
         if mounted is None:
             return
-        if mounted.info.shared and self.grant_holds.hold_on_free(
+        holds = self.grant_holds
+        if (mounted.info.shared or holds.floor_ms) and holds.hold_on_free(
             segment_id, offset, self.wall_ms()
         ):
             return
         mounted.allocator.free(offset)
+        if self.journal is not None:
+            self.journal.freed(segment_id, offset)
 
     def release_held_grants(self) -> int:
         """Free the held ranges whose capabilities have all expired; returns how many.
@@ -205,6 +219,8 @@ class SegmentManager:
             mounted = self._segments.get(segment_id)
             if mounted is not None:
                 mounted.allocator.free(offset)
+                if self.journal is not None:
+                    self.journal.freed(segment_id, offset)
         return len(released)
 
     # -- placement -------------------------------------------------------------------------
@@ -318,6 +334,10 @@ class SegmentManager:
             if offset is not None:
                 if self.on_allocated is not None:
                     self.on_allocated(segment.info.id, offset, size)
+                if self.journal is not None:
+                    self.journal.allocated(
+                        segment.info.id, offset, segment.allocator.size_of(offset)
+                    )
                 return Allocation(segment=segment, offset=offset, size=size)
         return None
 

@@ -4,7 +4,8 @@ A session is an application-chosen id scoped to a tenant. It holds keys of that 
 objects; an object may belong to many sessions. There is no create call: the first attach or
 admitted tagged write creates a session, unpinned, and it disappears with its pin as soon as
 its last member goes, by whatever path (remove, eviction, client death, failed write, update,
-close). Nothing here is persisted.
+close). With replication on, every change is marked in the journal (:mod:`..ha.journal`):
+sessions, their pins and memberships survive a failover.
 
 Concurrency design. All master state, this registry included, is owned by the service facade
 and mutated only under its one lock; the registry has no lock of its own. Each object keeps
@@ -33,13 +34,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedSet
 
 from mooncake_py.errors import ErrorCode
 
 from .objects import ObjectMetadata
+
+if TYPE_CHECKING:
+    from ..ha.journal import Journal
 
 MAX_SESSION_ID_BYTES = 4096
 
@@ -184,9 +188,16 @@ class SessionRegistry:
         # Per tenant with sessions; entries go with a tenant's last session.
         self._counts: dict[str, SessionCounts] = {}
         self._pinned_total = 0
+        # Told of every session whose own fields change and every object whose memberships
+        # change, when the metadata is replicated.
+        self.journal: Journal | None = None
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def session_keys(self) -> list[tuple[str, str]]:
+        """(tenant, session id) of every session. O(sessions)."""
+        return list(self._sessions)
 
     def get(self, tenant: str, session_id: str) -> KvSession | None:
         """The session, or None. O(1)."""
@@ -235,11 +246,15 @@ class SessionRegistry:
 
         The caller checked :meth:`check_admission` first. Marks each session active.
         """
+        journal = self.journal
         for session_id in session_ids:
             session = self._sessions.get((meta.tenant, session_id))
             if session is None:
                 session = self._create(meta.tenant, session_id, now)
             session.last_active_at = now
+            if journal is not None:
+                journal.session(meta.tenant, session_id)
+                journal.object(meta.object_id)
             if meta.sessions is None:
                 meta.sessions = set()
                 meta.session_weight = weight(meta)
@@ -259,6 +274,8 @@ class SessionRegistry:
     def touch(self, session: KvSession, now: float) -> None:
         """The session was named by a call: it is active now."""
         session.last_active_at = now
+        if self.journal is not None:
+            self.journal.session(session.tenant, session.session_id)
 
     def _create(self, tenant: str, session_id: str, now: float) -> KvSession:
         session = self._sessions[(tenant, session_id)] = KvSession(tenant, session_id, now)
@@ -268,6 +285,8 @@ class SessionRegistry:
         if counts is None:
             counts = self._counts[tenant] = SessionCounts()
         counts.sessions += 1
+        if self.journal is not None:
+            self.journal.session(tenant, session_id)
         return session
 
     def _drop(self, session: KvSession) -> None:
@@ -280,6 +299,8 @@ class SessionRegistry:
             self._count_pin(session, -1)
         # A reference kept past this point may still set the flag: it no longer counts here.
         session._registry = None
+        if self.journal is not None:
+            self.journal.session(*scoped)
         counts = self._counts[session.tenant]
         counts.sessions -= 1
         if not counts.sessions:
@@ -290,6 +311,8 @@ class SessionRegistry:
         also tells ``on_unpinned`` (its members may have lost their pin). O(1)."""
         self._counts[session.tenant].pinned += delta
         self._pinned_total += delta
+        if self.journal is not None:
+            self.journal.session(session.tenant, session.session_id)
         if delta < 0 and self._on_unpinned is not None:
             self._on_unpinned()
 
@@ -339,6 +362,8 @@ class SessionRegistry:
             elif len(sessions) == 1:
                 next(iter(sessions)).exclusive_bytes += held
         session.members.discard(meta.key)
+        if self.journal is not None:
+            self.journal.object(meta.object_id)
         if not session.members and not session.admitting:
             self._drop(session)
 
@@ -354,6 +379,8 @@ class SessionRegistry:
             return
         holder = successor if successor is not None else predecessor
         holder.sessions = memberships
+        if self.journal is not None:
+            self.journal.object(holder.object_id)
         holder.session_weight = predecessor.session_weight
         if successor is not None:
             self.reweigh(successor)

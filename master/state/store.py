@@ -16,6 +16,7 @@ import heapq
 import itertools
 import random
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mooncake_py import capability
 from mooncake_py.types import ReplicaDescriptor, SegmentInfo
@@ -28,6 +29,9 @@ from .reads import ReadLeases
 from .segments import SegmentManager
 from .session_registry import SessionLimits, SessionRegistry, pinned_by_session
 from .tasks import TaskTable
+
+if TYPE_CHECKING:
+    from ..ha.journal import Journal
 
 
 @dataclasses.dataclass(slots=True)
@@ -178,6 +182,30 @@ class StoreState:
         self._pin_deadlines: list[float] = []
         self._replica_ids = itertools.count(1)
         self._write_ids = itertools.count(1)
+        # Where replicated changes are marked (:meth:`attach_journal`); None: not replicated.
+        self.journal: Journal | None = None
+
+    def attach_journal(self, journal: Journal) -> None:
+        """Mark every replicated change in ``journal`` from now on (:mod:`..ha.journal`)."""
+        self.journal = journal
+        self.objects.journal = journal
+        self.sessions.journal = journal
+        self.segments.journal = journal
+        self.clients.journal = journal
+
+    def peek_next_ids(self) -> tuple[int, int]:
+        """The next write id and replica id, without taking them."""
+        write_id, replica_id = next(self._write_ids), next(self._replica_ids)
+        self._write_ids = itertools.count(write_id)
+        self._replica_ids = itertools.count(replica_id)
+        return write_id, replica_id
+
+    def restore_next_ids(self, write_id: int, replica_id: int) -> None:
+        """Continue the id counters at (at least) these values, as a restored master must:
+        ids a client may still hold are never handed out again."""
+        current_write, current_replica = self.peek_next_ids()
+        self._write_ids = itertools.count(max(write_id, current_write))
+        self._replica_ids = itertools.count(max(replica_id, current_replica))
 
     def next_replica_id(self) -> int:
         """A fresh replica id."""

@@ -24,7 +24,8 @@ import grpc
 
 from mooncake_py._wire.rpcs import SERVICE_NAME
 
-from .pipeline import BoundCall, CallPipeline, Rejection, drive_on_loop
+from ..ha.log_store import LeadershipLost
+from .pipeline import NOT_LEADER_TEXT, BoundCall, CallPipeline, Rejection, drive_on_loop
 
 _STATUS_OF = {
     Rejection.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
@@ -44,12 +45,22 @@ def _behaviour(
             metadata = dict(context.invocation_metadata() or ())
             header = metadata.get("authorization")
         tenant = pipeline.authenticate_bearer(header, context.peer())
+        replicator = pipeline.replicator
+        marks = replicator.journal.marks if replicator is not None else 0
         if bound.sliced:
             rejection, answer = await drive_on_loop(pipeline.call_sliced(bound, payload, tenant))
         else:
             rejection, answer = pipeline.call(bound, payload, tenant)
         if rejection is not None:
             await context.abort(_STATUS_OF[rejection], answer.decode())
+        if replicator is not None:
+            # What the call changed is answered only once it is in the log.
+            needed = replicator.needed(marks)
+            if needed:
+                try:
+                    await replicator.durable(needed)
+                except LeadershipLost:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, NOT_LEADER_TEXT)
         return answer
 
     return handle

@@ -45,7 +45,7 @@ import logging
 import operator
 import time
 from collections.abc import Callable, Generator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf.message import DecodeError
 
@@ -56,6 +56,9 @@ from ..service.facade import SERVICE_VERSION, MasterService
 from ..service.slices import Steps, drive
 from .auth import Caller, Denial, Principal, TokenAuthority, bind_tenant, host_of_peer
 from .principals import PrincipalChecks
+
+if TYPE_CHECKING:
+    from ..ha.replicator import Replicator
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ LOOP_STEPS_BETWEEN_SLICES = 4
 steps of the loop (its completion-queue events come one per step), so with one step between
 slices it would wait several slices; a few steps cost little (microseconds each)."""
 Answer = tuple["Rejection | None", bytes]
+
+NOT_LEADER_TEXT = "this master lost the leadership: the call's changes were not replicated"
 
 
 class Rejection(enum.Enum):
@@ -139,6 +144,9 @@ class CallPipeline:
         self.service = service
         self.counters = counters
         self.fast_port = 0
+        # Set once the metadata is replicated: transports answer a call that changed
+        # something only when the replicator says its change is durable.
+        self.replicator: Replicator | None = None
         self._authority = authority
         self._checks = PrincipalChecks(service, authority is not None)
         self.calls: Mapping[str, BoundCall] = {

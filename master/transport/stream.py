@@ -47,6 +47,7 @@ from mooncake_py._wire.frames import (
     response_frame,
 )
 
+from ..ha.log_store import LeadershipLost
 from ..service.slices import Steps
 from .pipeline import Answer, BoundCall, CallPipeline, Rejection, drive_on_loop
 
@@ -94,6 +95,11 @@ class _ChannelProtocol(asyncio.Protocol):
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
         self._running: asyncio.Task[None] | None = None  # a sliced call of this connection
+        # Answers waiting for their changes to be replicated, in call order: (the record that
+        # must be durable first, or 0, frame), and the task writing them out.
+        self._held: list[tuple[int, bytes]] = []
+        self._releasing: asyncio.Task[None] | None = None
+        self._sliced_marks = 0
         self.opened_at = self.active_at = time.monotonic()
 
     @property
@@ -147,14 +153,17 @@ class _ChannelProtocol(asyncio.Protocol):
                 break
             start, call_id, name, payload = frame
             bound = self._calls.get(name)
+            replicator = self._pipeline.replicator
+            marks = replicator.journal.marks if replicator is not None else 0
             if bound is not None and bound.sliced:
                 steps = self._pipeline.call_sliced(bound, payload, self._tenant)
                 try:
                     next(steps)  # the first slice now: a small call needs no other
                 except StopIteration as done:
                     rejection, body = done.value
-                    self._respond(call_id, _status(rejection), body)
+                    self._respond(call_id, _status(rejection), body, self._needed(marks))
                     continue
+                self._sliced_marks = marks
                 # Later frames wait for its answer; stop reading so they wait in the kernel.
                 transport.pause_reading()
                 self._running = asyncio.get_running_loop().create_task(
@@ -162,7 +171,7 @@ class _ChannelProtocol(asyncio.Protocol):
                 )
                 break
             status, body = self._answer(bound, name, payload)
-            self._respond(call_id, status, body)
+            self._respond(call_id, status, body, self._needed(marks))
         if start:
             del buffer[:start]
 
@@ -177,11 +186,18 @@ class _ChannelProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         self.active_at = time.monotonic()
-        self._respond(call_id, _status(rejection), body)
+        self._respond(call_id, _status(rejection), body, self._needed(self._sliced_marks))
         transport.resume_reading()
         self._process()
 
-    def _respond(self, call_id: int, status: int, body: bytes) -> None:
+    def _needed(self, marks: int) -> int:
+        """The record a call that began at journal ``marks`` waits for (0: none)."""
+        replicator = self._pipeline.replicator
+        return replicator.needed(marks) if replicator is not None else 0
+
+    def _respond(self, call_id: int, status: int, body: bytes, needed: int = 0) -> None:
+        """Answer a call; an answer whose changes are not durable yet (``needed``), and
+        every answer after it, waits in :attr:`_held` so answers keep their order."""
         if call_id == ONE_WAY_CALL_ID:
             if status != STATUS_OK:
                 log.debug(
@@ -191,7 +207,34 @@ class _ChannelProtocol(asyncio.Protocol):
                 )
             return
         assert self._transport is not None
-        self._transport.write(response_frame(call_id, status, body))
+        frame = response_frame(call_id, status, body)
+        replicator = self._pipeline.replicator
+        if self._held or (replicator is not None and needed > replicator.durable_generation):
+            self._held.append((needed, frame))
+            if self._releasing is None:
+                self._releasing = asyncio.get_running_loop().create_task(self._release_held())
+            return
+        self._transport.write(frame)
+
+    async def _release_held(self) -> None:
+        """Write the held answers as their records become durable; a master that lost the
+        leadership closes the connection instead (its client reconnects to the new one)."""
+        replicator = self._pipeline.replicator
+        assert replicator is not None
+        try:
+            while self._held:
+                await replicator.durable(max(needed for needed, _ in self._held))
+                held, self._held = self._held, []
+                transport = self._transport
+                if transport is None or transport.is_closing():
+                    return
+                transport.write(b"".join(frame for _, frame in held))
+        except LeadershipLost:
+            self._held.clear()
+            if self._transport is not None:
+                self._transport.close()
+        finally:
+            self._releasing = None
 
     def _answer(self, bound: BoundCall | None, name: bytes, payload: bytes) -> tuple[int, bytes]:
         """Run one frame of the RPC ``bound`` (None: not an RPC): ``(status, response message
