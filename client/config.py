@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from mooncake_py.errors import ErrorCode, InvalidParamsError
+from mooncake_py.ha_names import is_etcd_address, parse_etcd_endpoints
 from mooncake_py.tls import TlsConfig
 from mooncake_py.units import KIB, MIB, TIB, ConfigError, parse_bool, parse_size
 
@@ -171,11 +172,19 @@ class ClientConfig:
                 raise ClientConfigError(f"{name} must be 0 or within [1 KiB, 1 TiB]: {size}")
         if not self.local_hostname or not self.master_server_addr:
             raise ClientConfigError("local_hostname and master_server_addr must be set")
-        host, sep, port = self.master_server_addr.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ClientConfigError(
-                f"master address must be host:port: {self.master_server_addr!r}",
-            )
+        if is_etcd_address(self.master_server_addr):
+            # An HA cluster: the leader's address is read from these etcd endpoints.
+            try:
+                parse_etcd_endpoints(self.master_server_addr)
+            except ValueError as exc:
+                raise ClientConfigError(f"master address: {exc}") from None
+        else:
+            host, sep, port = self.master_server_addr.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ClientConfigError(
+                    "master address must be host:port or etcd://HOST:PORT[;HOST:PORT]: "
+                    f"{self.master_server_addr!r}",
+                )
         if self.master_transport not in ("auto", "grpc"):
             raise ClientConfigError(
                 f"master_transport must be 'auto' or 'grpc': {self.master_transport!r}",

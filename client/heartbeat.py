@@ -1,8 +1,13 @@
 """The client's heartbeat: ping the master every second, remount when asked, reconnect.
 
-A master that restarted, or expired this client, answers NEED_REMOUNT; the heartbeat then
-re-registers every segment the client holds, without the caller doing anything. After
-``RECONNECT_AFTER_FAILURES`` consecutive failed pings the channel is rebuilt.
+A master that restarted, or expired this client, or a new leader that never knew it, answers
+NEED_REMOUNT; the heartbeat then re-registers every segment the client holds, without the
+caller doing anything. Each ping is one attempt (never retried: a failed ping counts as one,
+as upstream's heartbeat counts them). After ``RECONNECT_AFTER_FAILURES`` consecutive failed
+pings the channel is rebuilt: to the same address for a plain master, to the master etcd names
+as the leader now for ``etcd://`` (upstream: "switch after 3 failed pings"). With ``etcd://``
+the heartbeat also re-reads the leader every ``LEADER_RECHECK_EVERY`` beats while pings
+succeed, so a client still answered by a master that lost the leadership moves to the new one.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ log = logging.getLogger(__name__)
 
 PING_INTERVAL_S = 1.0
 RECONNECT_AFTER_FAILURES = 3
+LEADER_RECHECK_EVERY = 5
+"""Beats between two reads of the leader key while pings succeed (``etcd://`` masters)."""
 
 
 class Heartbeat:
@@ -48,6 +55,7 @@ class Heartbeat:
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._failures = 0
+        self._beats = 0
         self.remounts = 0
         self.master_reachable = True
         self._thread = threading.Thread(target=self._run, name="mooncake-heartbeat", daemon=True)
@@ -57,9 +65,13 @@ class Heartbeat:
         self._thread.start()
 
     def beat(self) -> None:
-        """One heartbeat: ping, and remount if the master asks. Never raises."""
+        """One heartbeat: ping, and remount if the master asks; reconnect (following the
+        leader) after repeated failures. Never raises."""
+        self._beats += 1
+        if self._beats % LEADER_RECHECK_EVERY == 0 and self._master.follow_leader_if_moved():
+            self._failures = 0
         try:
-            code, status, _ = self._master.ping(self._client_id)
+            code, status, _ = self._master.call_once("Ping", self._client_id)
             if code == 0 and status == ClientStatus.NEED_REMOUNT:
                 code = self._master.remount_segments(self._client_id, self._segments())
                 self.remounts += 1

@@ -1,12 +1,22 @@
-"""Typed client of the master's RPCs, over the stream channel or gRPC.
+"""Client of the master's RPCs, over the stream channel or gRPC, following the leader in HA.
 
 Every RPC is an entry of :mod:`mooncake_py._wire.rpcs`: :meth:`MasterClient.call` encodes a
 method's typed arguments with it, sends the request over the stream channel when the master
 offers one (gRPC otherwise), and decodes the answer into the types of :mod:`mooncake_py.types`.
-The named methods below are that call with the RPC chosen. Transport failures raise
-:class:`MasterUnavailableError` with RPC_FAIL or RPC_TIMEOUT, refused tokens
-:class:`AuthenticationError` or :class:`PermissionDeniedError`; store-level outcomes come back
-as codes.
+The named methods (:mod:`mooncake_py.client.master_calls`) are that call with the RPC chosen.
+Transport failures raise :class:`MasterUnavailableError` with RPC_FAIL or RPC_TIMEOUT
+(:class:`~.leader_follow.MasterNotReachedError` when no connection could be made), refused
+tokens :class:`AuthenticationError` or :class:`PermissionDeniedError`; store-level outcomes
+come back as codes.
+
+**Masters behind etcd.** An address ``etcd://h1:2379;h2:2379`` makes the client look the
+leader up (:mod:`mooncake_py.client.leader_discovery`) and call it. Setup waits for a leader up
+to the call deadline. A call that fails in transport is retried against whichever master is
+the leader by then, within a retry deadline, when the RPC is idempotent or provably never
+reached a master (the rules and the per-RPC table: :mod:`mooncake_py.client.leader_follow`);
+the stream channel follows (a switch reconnects it to the new leader's fast port). A plain
+``host:port`` address takes none of these paths: no etcd, no retries, one attribute test per
+call.
 
 :meth:`MasterClient.send_one_way` sends a call whose answer the caller does not need (the end
 of reads that finished within their lease) without waiting: a one-way frame on the stream
@@ -15,15 +25,17 @@ channel (the same thread's next call runs after it on the master, see
 A one-way send that fails is dropped and logged at debug level: the master's lease TTL bounds
 what it would have ended.
 
-Thread-safety: safe to share between threads (gRPC channels and the stream pool are).
+Thread-safety: safe to share between threads (gRPC channels and the stream pool are; leader
+switches are serialized by the follower).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -37,42 +49,61 @@ from mooncake_py.errors import (
     MasterUnavailableError,
     PermissionDeniedError,
 )
+from mooncake_py.ha_names import is_etcd_address
 from mooncake_py.tls import TlsConfig
-from mooncake_py.types import (
-    ClientStatus,
-    KvSessionInfo,
-    KvSessionPage,
-    ProbeLeaseMode,
-    PutStartResult,
-    QueryTaskResponse,
-    ReleaseResult,
-    ReplicaListResult,
-    ReplicateConfig,
-    SegmentInfo,
-    StartTaskResult,
-)
 
+from .leader_follow import (
+    FAST_RECONNECT_OPTIONS,
+    MasterNotReachedError,
+    closed_channel,
+    grpc_never_reached,
+    retried_on_any_failure,
+)
+from .master_calls import MasterCalls
 from .stream_client import ChannelClient, ChannelError
+
+if TYPE_CHECKING:
+    from .leader_follow import LeaderFollower
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 
-class MasterClient:
-    """Calls the master at ``address`` (``host:port``).
+def stream_closed_before_send(exc: OSError) -> bool:
+    """Whether the stream channel refused a call because it was closed before the call took a
+    connection (:meth:`ChannelClient.close` ran: nothing was written)."""
+    return type(exc) is ConnectionError and str(exc) == "stream channel is closed"
+
+
+class MasterClient(MasterCalls):
+    """Calls the master at ``address``: a ``host:port``, or ``etcd://...`` for the leader of
+    an HA cluster.
 
     Args:
-        address: the master's address.
-        timeout_s: deadline of every call.
+        address: the master's ``host:port``, or ``etcd://HOST:PORT[;HOST:PORT...]``.
+        timeout_s: deadline of every call (and, for ``etcd://``, of waiting for a leader here).
         use_stream: allow :meth:`connect_stream` (False: gRPC only).
         token: presented on every call ("" when the master requires none).
         tls: talk TLS only, on the gRPC channel and the stream channel alike (None:
             plaintext); a master that does not speak TLS then cannot be reached
-            (:class:`~mooncake_py.errors.MasterUnavailableError`).
+            (:class:`~mooncake_py.errors.MasterUnavailableError`). Etcd is read in plaintext.
+        cluster_id: with ``etcd://``, the cluster whose leader to find (None: env
+            ``MC_STORE_CLUSTER_ID``, else ``mooncake_cluster``).
+        retry_deadline_s: with ``etcd://``, how long after a call's first failure it may be
+            retried (None: env ``MOONCAKE_PY_MASTER_RETRY_DEADLINE_S``, else 12 s).
+
+    Attributes:
+        address: the ``host:port`` called now (the current leader's, for ``etcd://``).
+        master_spec: ``address`` as given.
 
     Raises:
         ConfigError: a TLS file that is not valid PEM (the files are read once, here).
+        InvalidParamsError: an ``etcd://`` address without a valid endpoint.
+        UnavailableError: ``etcd://`` and no leader within ``timeout_s``:
+            UNAVAILABLE_IN_CURRENT_STATUS (etcd answered, no master leads) or
+            ETCD_OPERATION_ERROR (no etcd endpoint answered).
+        ValueError: a negative retry deadline.
     """
 
     def __init__(
@@ -82,7 +113,10 @@ class MasterClient:
         use_stream: bool = True,
         token: str = "",
         tls: TlsConfig | None = None,
+        cluster_id: str | None = None,
+        retry_deadline_s: float | None = None,
     ) -> None:
+        self.master_spec = address
         self.address = address
         self._tls = tls
         self._grpc_credentials = tls_setup.grpc_channel_credentials(tls) if tls else None
@@ -96,7 +130,41 @@ class MasterClient:
         self._stream: ChannelClient | None = None
         # gRPC calls sent one-way, kept referenced until done (a collected future cancels).
         self._one_way_pending: set[Any] = set()
-        self.reconnect()
+        self._follower: LeaderFollower | None = None
+        self._closed = False
+        self.retry_deadline_s = 0.0
+        if is_etcd_address(address):
+            self._follow_leader_of(address, cluster_id, retry_deadline_s)
+        self._connect()
+
+    def _follow_leader_of(
+        self, spec: str, cluster_id: str | None, retry_deadline_s: float | None
+    ) -> None:
+        # Imported here: etcd's stubs (and what they import) cost nothing to plain clients.
+        from .leader_discovery import LeaderDiscovery
+        from .leader_follow import LeaderFollower
+        from .leader_follow import retry_deadline_s as resolve_deadline
+
+        self.retry_deadline_s = resolve_deadline(retry_deadline_s)
+        discovery = LeaderDiscovery(spec, cluster_id)
+        try:
+            view = discovery.wait_for_view(time.monotonic() + self.timeout_s)
+        except BaseException:
+            discovery.close()
+            raise
+        self.address = view.leader_address
+        log.info(
+            "leader master of %r is %s (etcd %s)",
+            discovery.cluster_id,
+            view.leader_address,
+            discovery.describe_endpoints(),
+        )
+        self._follower = LeaderFollower(discovery, lambda: self.address, self._switch_master)
+
+    @property
+    def follows_leader(self) -> bool:
+        """True when the master address is ``etcd://`` (calls go to the elected leader)."""
+        return self._follower is not None
 
     @property
     def stream_connected(self) -> bool:
@@ -113,15 +181,19 @@ class MasterClient:
         if not self.use_stream:
             return False
         ready = RPCS["ServiceReady"]
+        address = self.address
         try:
             _, fast_port = ready.result.decode(self._send_grpc(ready, ready.args.encode()))
         except MasterUnavailableError:
             return False
         if not fast_port:
             return False
-        host = self.address.rsplit(":", 1)[0].strip("[]")
+        host = address.rsplit(":", 1)[0].strip("[]")
         stream = ChannelClient(host, fast_port, self.timeout_s, self._token, tls=self._tls)
         with self._lock:
+            if self.address != address:  # the leader moved meanwhile: this port is stale
+                stream.close()
+                return False
             old, self._stream = self._stream, stream
         if old is not None:
             old.close()
@@ -135,12 +207,36 @@ class MasterClient:
 
     def reconnect(self) -> None:
         """Replace the gRPC channel (after repeated failures, or once the master restarted)
-        and drop the stream channel; :meth:`connect_stream` makes a new one."""
+        and drop the stream channel; :meth:`connect_stream` makes a new one. With ``etcd://``
+        the leader is read again first, and the new channel goes to it."""
+        if self._follower is not None:
+            self._follower.reconnect()
+        else:
+            self._connect()
+
+    def follow_leader_if_moved(self) -> bool:
+        """With ``etcd://``: re-read the leader and switch to it when it is another master
+        (the stream channel too); returns whether a switch happened. False at once for a
+        plain address. Never raises for etcd failures."""
+        return self._follower is not None and self._follower.recheck()
+
+    def _switch_master(self, address: str) -> None:
+        """Point both channels at ``address``; called by the follower under its lock."""
+        self.address = address
+        self._connect()
+        if self.use_stream:
+            self.connect_stream()
+
+    def _connect(self) -> None:
+        """A new gRPC channel to :attr:`address`; the stream channel is dropped."""
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.enable_retries", 1),
         ]
+        if is_etcd_address(self.master_spec):
+            # A leader that restarts at the same address is dialed again within the lease.
+            options += FAST_RECONNECT_OPTIONS
         if self._tls is None or self._grpc_credentials is None:
             channel = grpc.insecure_channel(self.address, options=options)
         else:
@@ -157,7 +253,8 @@ class MasterClient:
             self._drop_stream(stream)
 
     def close(self) -> None:
-        """Close both channels."""
+        """Close both channels (and, with ``etcd://``, the etcd channels)."""
+        self._closed = True  # ends retry loops: a closed client has no master to follow
         with self._lock:
             channel, self._channel = self._channel, None
             self._grpc_calls = None
@@ -166,9 +263,15 @@ class MasterClient:
             channel.close()
         if stream is not None:
             stream.close()
+        if self._follower is not None:
+            self._follower.close()
 
     def call(self, name: str, *args: Any) -> Any:
         """Call the RPC ``name`` of :data:`mooncake_py._wire.rpcs.RPCS`.
+
+        With ``etcd://``, a transport failure is retried against the current leader as
+        :mod:`~mooncake_py.client.leader_follow` says (idempotent RPCs on any failure, others
+        only when they never reached a master), until the retry deadline.
 
         Args:
             name: the RPC's name in the proto.
@@ -184,10 +287,51 @@ class MasterClient:
             InvalidParamsError: an argument the request cannot carry (a string that is not
                 valid UTF-8, such as one with a lone surrogate; an int beyond its field).
             AuthenticationError, PermissionDeniedError: the master refused the token.
-            MasterUnavailableError: the call failed in transport (RPC_FAIL, RPC_TIMEOUT).
+            MasterUnavailableError: the call failed in transport (RPC_FAIL, RPC_TIMEOUT); with
+                ``etcd://``, the last failure once retrying is not allowed or time is up.
         """
         rpc = RPCS[name]
+        request = _encode(rpc, args)
+        if self._follower is None:
+            return rpc.result.decode(self._send(rpc, request))
+        return rpc.result.decode(self._send_following_leader(rpc, request))
+
+    def call_once(self, name: str, *args: Any) -> Any:
+        """As :meth:`call`, but one attempt to the current master, never retried (a caller
+        with its own failure handling, such as the heartbeat)."""
+        rpc = RPCS[name]
         return rpc.result.decode(self._send(rpc, _encode(rpc, args)))
+
+    def call_with_request(self, name: str, request: Any) -> Any:
+        """As :meth:`call`, with the request message of the RPC ``name`` already built."""
+        rpc = RPCS[name]
+        if self._follower is None:
+            return rpc.result.decode(self._send(rpc, request))
+        return rpc.result.decode(self._send_following_leader(rpc, request))
+
+    def _send_following_leader(self, rpc: Rpc, request: Any) -> Any:
+        """``_send``, retried across leader changes (see :mod:`.leader_follow`)."""
+        follower = self._follower
+        assert follower is not None
+        any_failure = retried_on_any_failure(rpc.name)
+        deadline = 0.0
+        attempts = 0
+        while True:
+            generation = follower.generation
+            try:
+                return self._send(rpc, request)
+            except MasterUnavailableError as exc:
+                if not any_failure and not isinstance(exc, MasterNotReachedError):
+                    raise
+                now = time.monotonic()
+                deadline = deadline or now + self.retry_deadline_s
+                if now >= deadline or self._closed:
+                    if attempts:
+                        log.warning("%s failed after %d retries: %s", rpc.name, attempts, exc)
+                    raise
+                attempts += 1
+                log.debug("%s to %s failed, retrying: %s", rpc.name, self.address, exc)
+                follower.follow(generation, deadline)
 
     def send_one_way(self, name: str, *args: Any) -> None:
         """Send the RPC ``name`` without waiting for (or ever reading) its answer.
@@ -258,10 +402,16 @@ class MasterClient:
                 ErrorCode.RPC_FAIL, f"{rpc.name} to {self.address} (stream): {exc}"
             ) from exc
         except OSError as exc:
-            # Not retried: the master may have run the call. Later calls use gRPC until the
-            # heartbeat reconnects the stream.
+            # Later calls use gRPC until the heartbeat (or a leader switch) reconnects the
+            # stream. Only a refused connect, or a pool closed (by a reconnect) before the call
+            # took a connection, proves the master never saw the request.
             self._drop_stream(stream)
-            raise MasterUnavailableError(
+            failure = (
+                MasterNotReachedError
+                if isinstance(exc, ConnectionRefusedError) or stream_closed_before_send(exc)
+                else MasterUnavailableError
+            )
+            raise failure(
                 ErrorCode.RPC_FAIL, f"{rpc.name} to {self.address} (stream): {exc}"
             ) from exc
         return rpc.response_type.FromString(body)
@@ -272,6 +422,13 @@ class MasterClient:
             raise MasterUnavailableError(ErrorCode.RPC_FAIL, "client is closed")
         try:
             return calls[rpc.name](request, timeout=self.timeout_s, metadata=self._metadata)
+        except ValueError as exc:
+            if not closed_channel(exc):
+                raise
+            # A reconnect closed the channel this call had taken: nothing was sent.
+            raise MasterNotReachedError(
+                ErrorCode.RPC_FAIL, f"{rpc.name} to {self.address}: {exc}"
+            ) from exc
         except grpc.RpcError as exc:
             status = exc.code() if isinstance(exc, grpc.Call) else None
             detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
@@ -287,282 +444,12 @@ class MasterClient:
                 if status == grpc.StatusCode.DEADLINE_EXCEEDED
                 else ErrorCode.RPC_FAIL
             )
-            raise MasterUnavailableError(
-                code, f"{rpc.name} to {self.address}: {status} {detail}"
-            ) from exc
-
-    # -- segments and liveness -------------------------------------------------------------
-
-    def mount_segment(self, client_id: str, segment: SegmentInfo, tenant: str = "") -> int:
-        """MountSegment; returns a code. With tokens the segment belongs to the token's
-        tenant (``tenant`` may be "" or must name it)."""
-        return self.call("MountSegment", client_id, segment, tenant)
-
-    def remount_segments(
-        self, client_id: str, segments: Sequence[SegmentInfo], tenant: str = ""
-    ) -> int:
-        """ReMountSegment; returns a code (``tenant`` as for :meth:`mount_segment`)."""
-        return self.call("ReMountSegment", client_id, segments, tenant)
-
-    def unmount_segment(self, client_id: str, segment_id: str, tenant: str = "") -> int:
-        """UnmountSegment; returns a code (``tenant`` as for :meth:`mount_segment`)."""
-        return self.call("UnmountSegment", client_id, segment_id, tenant)
-
-    def ping(self, client_id: str) -> tuple[int, ClientStatus, int]:
-        """Ping; returns (code, client status, view version)."""
-        return self.call("Ping", client_id)
-
-    def service_ready(self) -> str:
-        """ServiceReady; returns the master's version string."""
-        version: str = self.call("ServiceReady")[0]
-        return version
-
-    # -- write path ------------------------------------------------------------------------
-
-    def put_start(
-        self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
-    ) -> PutStartResult:
-        """PutStart for one key (PutStartWithKvSessions when ``config.kv_sessions`` is set)."""
-        return self._start_one("PutStart", client_id, tenant, key, size, config)
-
-    def batch_put_start(
-        self,
-        client_id: str,
-        tenant: str,
-        keys: Sequence[str],
-        sizes: Sequence[int],
-        config: ReplicateConfig,
-    ) -> list[PutStartResult]:
-        """BatchPutStart (or its tagged form): one result per key, in order."""
-        return self._start_batch("BatchPutStart", client_id, tenant, keys, sizes, config)
-
-    def upsert_start(
-        self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
-    ) -> PutStartResult:
-        """UpsertStart for one key (finish with put_end / put_revoke)."""
-        return self._start_one("UpsertStart", client_id, tenant, key, size, config)
-
-    def batch_upsert_start(
-        self,
-        client_id: str,
-        tenant: str,
-        keys: Sequence[str],
-        sizes: Sequence[int],
-        config: ReplicateConfig,
-    ) -> list[PutStartResult]:
-        """BatchUpsertStart (or its tagged form): one result per key, in order."""
-        return self._start_batch("BatchUpsertStart", client_id, tenant, keys, sizes, config)
-
-    def _start_one(
-        self, method: str, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
-    ) -> PutStartResult:
-        if config.kv_sessions is None:
-            return self.call(method, client_id, tenant, key, size, config)
-        if len(config.kv_sessions) != 1:
-            return PutStartResult(int(ErrorCode.INVALID_PARAMS))
-        return self.call(f"{method}WithKvSessions", client_id, tenant, key, size, config)
-
-    def _start_batch(
-        self,
-        method: str,
-        client_id: str,
-        tenant: str,
-        keys: Sequence[str],
-        sizes: Sequence[int],
-        config: ReplicateConfig,
-    ) -> list[PutStartResult]:
-        if config.kv_sessions is not None:
-            method += "WithKvSessions"
-        return self.call(method, client_id, tenant, keys, sizes, config)
-
-    def put_end(self, client_id: str, tenant: str, key: str, write_id: int) -> int:
-        """PutEnd of the write ``write_id`` (what its start answered); returns a code
-        (INVALID_WRITE when another write of the key preempted it)."""
-        return self.call("PutEnd", client_id, tenant, key, write_id)
-
-    def batch_put_end(
-        self, client_id: str, tenant: str, keys: Sequence[str], write_ids: Sequence[int]
-    ) -> list[int]:
-        """BatchPutEnd: one write id per key, one code per key."""
-        return self.call("BatchPutEnd", client_id, tenant, keys, write_ids)
-
-    def put_revoke(self, client_id: str, tenant: str, key: str, write_id: int) -> int:
-        """PutRevoke of the write ``write_id``; returns a code."""
-        return self.call("PutRevoke", client_id, tenant, key, write_id)
-
-    def batch_put_revoke(
-        self, client_id: str, tenant: str, keys: Sequence[str], write_ids: Sequence[int]
-    ) -> list[int]:
-        """BatchPutRevoke: one write id per key, one code per key."""
-        return self.call("BatchPutRevoke", client_id, tenant, keys, write_ids)
-
-    # -- read path -------------------------------------------------------------------------
-
-    def get_replica_list(self, tenant: str, key: str, client_id: str) -> ReplicaListResult:
-        """GetReplicaList for one key: starts a read lease held by ``client_id`` (its
-        ``read_id``), which the client ends with :meth:`end_reads`."""
-        return self.call("GetReplicaList", tenant, key, client_id)
-
-    def batch_get_replica_list(
-        self, tenant: str, keys: Sequence[str], client_id: str
-    ) -> list[ReplicaListResult]:
-        """BatchGetReplicaList: one result per key (a read lease per OK result)."""
-        return self.call("BatchGetReplicaList", tenant, keys, client_id)
-
-    def end_reads(self, client_id: str, read_ids: Sequence[int]) -> list[int]:
-        """EndReads, waiting for the answer: per id 0, or LEASE_EXPIRED when the bytes may
-        have changed under a copy that outlived its lease (or the id is unknown)."""
-        return self.call("EndReads", client_id, read_ids)
-
-    def end_reads_one_way(self, client_id: str, read_ids: Sequence[int]) -> None:
-        """EndReads without waiting (see :meth:`send_one_way`)."""
-        self.send_one_way("EndReads", client_id, read_ids)
-
-    def exist_key(self, tenant: str, key: str, client_id: str) -> int:
-        """ExistKey: 1 (``client_id`` gets an existence hold), 0, or a negative code."""
-        return self.call("ExistKey", tenant, key, client_id)
-
-    def batch_exist_key(self, tenant: str, keys: Sequence[str], client_id: str) -> list[int]:
-        """BatchExistKey: per key 1 (with an existence hold), 0, or a negative code."""
-        return self.call("BatchExistKey", tenant, keys, client_id)
-
-    def probe_key(self, tenant: str, key: str) -> int:
-        """ProbeKey: 1, 0, or a negative code; leases nothing."""
-        return self.call("ProbeKey", tenant, key)
-
-    def batch_probe_key(
-        self,
-        tenant: str,
-        keys: Sequence[str],
-        client_id: str,
-        lease_mode: ProbeLeaseMode = ProbeLeaseMode.NONE,
-        candidate_size: int = 1,
-    ) -> list[int]:
-        """BatchProbeKey: per key 1, 0, or a negative code. ``NONE`` leases nothing;
-        ``LAST_HIT_ONLY`` answers 1 only for the last complete candidate of
-        ``candidate_size`` consecutive keys, which gets existence holds for ``client_id``."""
-        return self.call("BatchProbeKey", tenant, keys, client_id, int(lease_mode), candidate_size)
-
-    # -- KV sessions -----------------------------------------------------------------------
-
-    def attach_kv_session(self, tenant: str, session_id: str, keys: Sequence[str]) -> list[int]:
-        """AttachKvSession: per key 0 or a negative code."""
-        return self.call("AttachKvSession", tenant, session_id, keys)
-
-    def set_kv_session_pin(self, tenant: str, session_id: str, pinned: bool) -> int:
-        """PinKvSession / UnpinKvSession; returns a code."""
-        name = "PinKvSession" if pinned else "UnpinKvSession"
-        return self.call(name, tenant, session_id, pinned)
-
-    def update_kv_session(self, tenant: str, session_id: str, keep_keys: Sequence[str]) -> int:
-        """UpdateKvSession; returns a code."""
-        return self.call("UpdateKvSession", tenant, session_id, keep_keys)
-
-    def close_kv_session(self, tenant: str, session_id: str) -> int:
-        """CloseKvSession; returns a code."""
-        return self.call("CloseKvSession", tenant, session_id)
-
-    def get_kv_session(self, tenant: str, session_id: str) -> tuple[int, KvSessionInfo | None]:
-        """GetKvSession: (code, info or None)."""
-        return self.call("GetKvSession", tenant, session_id)
-
-    def list_kv_session_keys(
-        self, tenant: str, session_id: str, cursor: str, limit: int
-    ) -> tuple[int, KvSessionPage | None]:
-        """ListKvSessionKeys: (code, page or None)."""
-        return self.call("ListKvSessionKeys", tenant, session_id, cursor, limit)
-
-    def list_kv_sessions(
-        self, tenant: str, cursor: str, limit: int, pinned: bool | None, min_idle_ms: int
-    ) -> tuple[int, list[KvSessionInfo], str]:
-        """ListKvSessions: (code, infos, next cursor)."""
-        return self.call("ListKvSessions", tenant, cursor, limit, pinned, min_idle_ms)
-
-    def release(self, method: str, request: Any) -> tuple[int, ReleaseResult]:
-        """Any Release* RPC with its request message already built: (code, result)."""
-        rpc = RPCS[method]
-        return rpc.result.decode(self._send(rpc, request))
-
-    def release_kv_session(
-        self, tenant: str, session_id: str, all_pages: bool = False
-    ) -> tuple[int, ReleaseResult]:
-        """ReleaseKvSession."""
-        return self.call("ReleaseKvSession", tenant, session_id, all_pages)
-
-    def release_stale_kv_sessions(
-        self, tenant: str, max_idle_ms: int, include_pinned: bool
-    ) -> tuple[int, ReleaseResult]:
-        """ReleaseStaleKvSessions."""
-        return self.call("ReleaseStaleKvSessions", tenant, max_idle_ms, include_pinned)
-
-    def release_all_kv_sessions(self, tenant: str, confirm: bool) -> tuple[int, ReleaseResult]:
-        """ReleaseAllKvSessions."""
-        return self.call("ReleaseAllKvSessions", tenant, confirm)
-
-    def release_kv_cache(self, tenant: str, keep_pinned: bool) -> tuple[int, ReleaseResult]:
-        """ReleaseKvCache."""
-        return self.call("ReleaseKvCache", tenant, keep_pinned)
-
-    # -- introspection ---------------------------------------------------------------------
-
-    def get_stats(self, tenant: str = "") -> dict[str, int]:
-        """GetStats: store-wide counts and bytes for an admin token (or a master without
-        tokens), else the token's tenant's figures (the master decides, from the token)."""
-        return self.call("GetStats", tenant, False)
-
-    def list_segments(self, tenant: str = "") -> list[tuple[SegmentInfo, str, int, int]]:
-        """ListSegments: (segment, owning client, used bytes, allocations) per segment; every
-        segment for an admin token (or a master without tokens), else the segments the
-        token's tenant may use (the master decides, from the token)."""
-        return self.call("ListSegments", tenant, False)
-
-    # -- remove family ---------------------------------------------------------------------
-
-    def remove(self, tenant: str, key: str, force: bool) -> int:
-        """Remove; returns a code."""
-        return self.call("Remove", tenant, key, force)
-
-    def batch_remove(self, tenant: str, keys: Sequence[str], force: bool) -> list[int]:
-        """BatchRemove: one code per key."""
-        return self.call("BatchRemove", tenant, keys, force)
-
-    def remove_by_regex(self, tenant: str, pattern: str, force: bool) -> int:
-        """RemoveByRegex: the count removed, or a negative code."""
-        return self.call("RemoveByRegex", tenant, pattern, force)
-
-    def remove_all(self, tenant: str, force: bool) -> int:
-        """RemoveAll: the count removed."""
-        return self.call("RemoveAll", tenant, force)
-
-    def create_copy_task(self, tenant: str, key: str, targets: Sequence[str]) -> tuple[int, str]:
-        """CreateCopyTask: ``(code, task id)``."""
-        return self.call("CreateCopyTask", tenant, key, targets)
-
-    def create_move_task(self, tenant: str, key: str, source: str, target: str) -> tuple[int, str]:
-        """CreateMoveTask: ``(code, task id)``."""
-        return self.call("CreateMoveTask", tenant, key, source, target)
-
-    def query_task(self, tenant: str, task_id: str) -> tuple[int, QueryTaskResponse | None]:
-        """QueryTask: ``(code, state or None)``."""
-        return self.call("QueryTask", tenant, task_id)
-
-    def fetch_tasks(self, client_id: str, batch_size: int) -> list[str]:
-        """FetchTasks: the ids of tasks assigned to this client, now processing."""
-        return self.call("FetchTasks", client_id, batch_size)
-
-    def start_task(self, client_id: str, task_id: str) -> StartTaskResult:
-        """StartTask: the reserved targets and the source to copy."""
-        return self.call("StartTask", client_id, task_id)
-
-    def finish_task(self, client_id: str, task_id: str, succeeded: bool, message: str) -> int:
-        """FinishTask: the copy's outcome; 0 or TASK_NOT_FOUND."""
-        return self.call("FinishTask", client_id, task_id, succeeded, message)
-
-    def batch_replica_clear(
-        self, client_id: str, tenant: str, keys: Sequence[str], segment_name: str
-    ) -> tuple[int, list[str]]:
-        """BatchReplicaClear: ``(code, keys cleared)``."""
-        return self.call("BatchReplicaClear", client_id, tenant, keys, segment_name)
+            failure = (
+                MasterNotReachedError
+                if status == grpc.StatusCode.UNAVAILABLE and grpc_never_reached(detail or "")
+                else MasterUnavailableError
+            )
+            raise failure(code, f"{rpc.name} to {self.address}: {status} {detail}") from exc
 
 
 def _encode(rpc: Rpc, args: Sequence[Any]) -> Any:
