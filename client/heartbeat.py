@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 PING_INTERVAL_S = 1.0
 RECONNECT_AFTER_FAILURES = 3
+PING_TIMEOUT_S = 2.0
+"""A ping unanswered this long counts as failed: a master that went silent (a partition
+dropping its packets) is noticed in seconds, not after the client's call timeout."""
 LEADER_RECHECK_EVERY = 5
 """Beats between two reads of the leader key while pings succeed (``etcd://`` masters)."""
 
@@ -71,7 +74,9 @@ class Heartbeat:
         if self._beats % LEADER_RECHECK_EVERY == 0 and self._master.follow_leader_if_moved():
             self._failures = 0
         try:
-            code, status, _ = self._master.call_once("Ping", self._client_id)
+            code, status, _ = self._master.call_once(
+                "Ping", self._client_id, timeout_s=min(PING_TIMEOUT_S, self._master.timeout_s)
+            )
             if code == 0 and status == ClientStatus.NEED_REMOUNT:
                 code = self._master.remount_segments(self._client_id, self._segments())
                 self.remounts += 1
@@ -82,6 +87,9 @@ class Heartbeat:
             log.debug("ping failed (%d in a row): %s", self._failures, exc)
             if self._failures % RECONNECT_AFTER_FAILURES == 0:
                 self._master.reconnect()
+            elif self._master.follow_leader_if_moved():
+                # etcd already names another leader: no need to wait for more failures.
+                self._failures = 0
             return
         self._failures = 0
         self.master_reachable = True

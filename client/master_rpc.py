@@ -296,10 +296,14 @@ class MasterClient(MasterCalls):
             return rpc.result.decode(self._send(rpc, request))
         return rpc.result.decode(self._send_following_leader(rpc, request))
 
-    def call_once(self, name: str, *args: Any) -> Any:
+    def call_once(self, name: str, *args: Any, timeout_s: float | None = None) -> Any:
         """As :meth:`call`, but one attempt to the current master, never retried (a caller
-        with its own failure handling, such as the heartbeat)."""
+        with its own failure handling, such as the heartbeat). With ``timeout_s`` the call goes
+        over gRPC with that deadline instead of the client's (a heartbeat must notice a master
+        that went silent, a partition that drops packets, within seconds)."""
         rpc = RPCS[name]
+        if timeout_s is not None:
+            return rpc.result.decode(self._send_grpc(rpc, _encode(rpc, args), timeout_s))
         return rpc.result.decode(self._send(rpc, _encode(rpc, args)))
 
     def call_with_request(self, name: str, request: Any) -> Any:
@@ -322,6 +326,8 @@ class MasterClient(MasterCalls):
                 return self._send(rpc, request)
             except MasterUnavailableError as exc:
                 if not any_failure and not isinstance(exc, MasterNotReachedError):
+                    # Not repeated, but the next call should not go to a dead master again.
+                    follower.recheck()
                     raise
                 now = time.monotonic()
                 deadline = deadline or now + self.retry_deadline_s
@@ -416,12 +422,13 @@ class MasterClient(MasterCalls):
             ) from exc
         return rpc.response_type.FromString(body)
 
-    def _send_grpc(self, rpc: Rpc, request: Any) -> Any:
+    def _send_grpc(self, rpc: Rpc, request: Any, timeout_s: float | None = None) -> Any:
         calls = self._grpc_calls
         if calls is None:
             raise MasterUnavailableError(ErrorCode.RPC_FAIL, "client is closed")
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return calls[rpc.name](request, timeout=self.timeout_s, metadata=self._metadata)
+            return calls[rpc.name](request, timeout=timeout, metadata=self._metadata)
         except ValueError as exc:
             if not closed_channel(exc):
                 raise

@@ -118,6 +118,7 @@ class MasterProcess:
     Args:
         args: extra command-line flags for the master.
         env: extra environment variables.
+        wrapper: a command prefix to run the master under (e.g. ``ip netns exec host1``).
 
     Attributes:
         address: ``127.0.0.1:<gRPC port>`` once started.
@@ -125,9 +126,16 @@ class MasterProcess:
             disabled.
     """
 
-    def __init__(self, args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        wrapper: Sequence[str] = (),
+    ) -> None:
         self._args = ["--port", "0", "--metrics_port", "0", "--rpc_address", "127.0.0.1", *args]
         self._env = {**os.environ, **(env or {})}
+        # A command the master runs under (``ip netns exec NS`` for a test host of its own).
+        self._wrapper = list(wrapper)
         self.process: subprocess.Popen[str] | None = None
         self.address = ""
         self.metrics_port = 0
@@ -143,7 +151,7 @@ class MasterProcess:
             RuntimeError: the master exited or did not report its port in time.
         """
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mooncake_py.master", *self._args],
+            [*self._wrapper, sys.executable, "-m", "mooncake_py.master", *self._args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -170,12 +178,15 @@ class MasterProcess:
         if "listening on" not in line:
             self.stop()
             raise RuntimeError(f"master did not start: {line!r}{self._stderr_tail()}")
-        found = re.search(r"listening on \S+:(\d+)(?: http on port (\d+))?", line)
+        found = re.search(r"listening on (\S+):(\d+)(?: http on port (\d+))?", line)
         if found is None:
             self.stop()
             raise RuntimeError(f"master did not report its port: {line!r}")
-        self.address = f"127.0.0.1:{found.group(1)}"
-        self.metrics_port = int(found.group(2) or 0)
+        host = found.group(1)
+        if host in ("0.0.0.0", "::", "[::]"):
+            host = "127.0.0.1"
+        self.address = f"{host}:{found.group(2)}"
+        self.metrics_port = int(found.group(3) or 0)
         return self
 
     def _stderr_tail(self, lines: int = 15) -> str:

@@ -219,7 +219,11 @@ class MetadataDurability:
     async def _watch_leadership(self) -> None:
         assert self._election is not None
         await self._election.wait_lost()
-        self._on_fatal(RuntimeError("lost the leadership of the HA cluster"))
+        lost = RuntimeError(f"lost the leadership of the HA cluster: {self._election.lost_reason}")
+        if self.replicator is not None:
+            # Calls waiting for their records are refused now; none is answered as durable.
+            self.replicator.fail(lost)
+        self._on_fatal(lost)
 
     def _restore(self, image: RowImage) -> None:
         context = self._service.context

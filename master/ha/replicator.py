@@ -136,13 +136,16 @@ class Replicator:
             self._state.attach_journal(self.journal)
         self._snapshot_task = self._loop.create_task(self._snapshot_timer())
 
-    async def close(self) -> None:
-        """Flush what is dirty (best effort), stop the timer; the store stays open."""
+    async def close(self, flush_timeout_s: float = 5.0) -> None:
+        """Flush what is dirty (best effort, at most ``flush_timeout_s``; not at all once
+        failed), stop the timer; the store stays open."""
         if self._closed:
             return
-        with contextlib.suppress(Exception):
-            await self.flush()
+        if self._failed is None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.flush(), flush_timeout_s)
         self._closed = True
+        self.fail(RuntimeError("the replicator was closed"))
         if self._snapshot_task is not None:
             self._snapshot_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -276,6 +279,8 @@ class Replicator:
                 self._fail(exc)
                 return False
             except (LogStoreError, OSError) as exc:
+                if self._failed is not None:
+                    return False  # stopped meanwhile (leadership lost, closed)
                 delay = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
                 attempt += 1
                 log.warning("log append of %d record(s) failed (%s); retrying", len(blobs), exc)
@@ -301,7 +306,12 @@ class Replicator:
         ):
             asyncio.get_running_loop().create_task(self.snapshot())
 
-    def _fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:
+        """Stop for good: every waiting call gets :class:`LeadershipLost`, no more appends
+        (the election lost the leadership, or the master stops). Idempotent."""
+        self._fail(exc, fatal=False)
+
+    def _fail(self, exc: BaseException, fatal: bool = True) -> None:
         if self._failed is not None:
             return
         self._failed = exc
@@ -312,7 +322,7 @@ class Replicator:
         self._waiters.clear()
         with self._durable_changed:
             self._durable_changed.notify_all()
-        if self._on_fatal is not None:
+        if fatal and self._on_fatal is not None:
             self._on_fatal(exc)
 
     # -- snapshots -------------------------------------------------------------------------
