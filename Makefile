@@ -54,10 +54,15 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m tests.bench.store_bench --quick $(BENCH_ARGS)
 
+# What surviving the master costs (memory vs --enable_snapshot vs --enable_ha) and failover
+# times; needs Debian's etcd-server.
+bench-ha: $(STAMP)
+	$(PY) -m tests.bench.ha_bench $(BENCH_ARGS)
+
 # The working tree next to a git revision of mooncake-py, taking turns round by round (ratio =
 # working tree / baseline); ROWS restricts the run to matching rows (--list-rows shows them):
 # make bench-baseline REV=HEAD~3 ROWS='get 4KiB,shm * 32 x 4MiB,TCP * 32 x 4MiB' BENCH_ARGS=--quick
-.PHONY: bench-baseline
+.PHONY: bench-baseline bench-ha
 bench-baseline: $(STAMP)
 	@test -n "$(REV)" || { echo "usage: make bench-baseline REV=<git revision> [ROWS=...]"; exit 2; }
 	$(PY) -m tests.bench.store_bench --baseline-rev '$(REV)' $(if $(ROWS),--rows '$(ROWS)') $(BENCH_ARGS)
