@@ -158,7 +158,12 @@ def grpc_never_reached(detail: str) -> bool:
     call's changes were not replicated") did run the call, and part of what it wrote may be in
     the log already, so that answer is not counted here: only idempotent RPCs repeat it.
     """
-    return "failed to connect to all addresses" in detail or "Connection refused" in detail
+    return (
+        "failed to connect to all addresses" in detail
+        or "Connection refused" in detail
+        # A master whose leadership ended refuses calls before running them.
+        or "the call was not run" in detail
+    )
 
 
 def closed_channel(exc: ValueError) -> bool:

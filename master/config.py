@@ -328,6 +328,15 @@ class MasterConfig:
                 parse_etcd_endpoints(self.etcd_endpoints)
             except ValueError as exc:
                 raise invalid_value("etcd_endpoints", self.etcd_endpoints, str(exc)) from None
+        if (
+            self.enable_ha
+            and self.rpc_address.strip("[]") in ("0.0.0.0", "::", "")
+            and not self.ha_advertise_address
+        ):
+            # The leader publishes where clients reach it: a wildcard names no host.
+            raise invalid_value(
+                "ha_advertise_address", "", "set when --rpc_address binds every interface"
+            )
         if self.enable_snapshot_restore and not (self.enable_snapshot or self.enable_ha):
             raise invalid_value(
                 "enable_snapshot_restore", True, "used with --enable_snapshot (or --enable_ha)"

@@ -21,7 +21,7 @@ import selectors
 import socket
 import ssl
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -351,6 +351,7 @@ class MetricsServer:
         allowed_hosts: Sequence[str] = (),
         replicator: Replicator | None = None,
         leader: Mapping[str, Any] | None = None,
+        serving: Callable[[], bool] | None = None,
     ) -> None:
         # Two views of the same figures: every family, and every family but those labelled
         # by tenant, which a master with tokens serves only to admin tokens (/metrics stays
@@ -409,6 +410,9 @@ class MetricsServer:
                     self._send(Reply(413, "text/plain", b"request body too large\n"), method)
                     return
                 body = self.rfile.read(length) if length else b""
+                if serving is not None and not serving():
+                    self._send(Reply(503, "text/plain", b"this master is not the leader\n"), method)
+                    return
                 marks = replicator.journal.marks if replicator is not None else 0
                 try:
                     reply = api.handle(

@@ -137,6 +137,8 @@ class MasterServer:
             advertise = self.config.ha_advertise_address or self._address_of(self._bind_port())
             await self.durability.before_serving(advertise, self.on_standby)
             self._pipeline.replicator = self.durability.replicator
+            if self.config.enable_ha:
+                self._pipeline.serving = self.durability.serving
         limit = self.config.max_message_bytes
         options: list[tuple[str, int]] = [
             ("grpc.max_receive_message_length", limit),
@@ -191,6 +193,7 @@ class MasterServer:
                 ],
                 replicator=self.durability.replicator,
                 leader=self.durability.leader_view(),
+                serving=self._pipeline.serving,
             )
             self.metrics_port = self._metrics.port
         if self.config.fast_rpc_port >= 0:

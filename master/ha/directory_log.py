@@ -19,6 +19,7 @@ by :func:`asyncio.to_thread`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -27,9 +28,8 @@ import struct
 import zlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
-from .log_store import MAX_RECORD_BYTES, LogStoreError
+from .log_store import MAX_RECORD_BYTES, LogStoreError, RecordsDropped
 
 _FRAME = struct.Struct("<IIQ")
 
@@ -63,10 +63,17 @@ class DirectoryLogStore:
         try:
             self._logs.mkdir(parents=True, exist_ok=True)
             self._snapshots.mkdir(parents=True, exist_ok=True)
+            for staging in self._snapshots.glob(".staging-*"):
+                shutil.rmtree(staging, ignore_errors=True)  # a snapshot a crash interrupted
             self._last = self._open_tail()
         except OSError as exc:
             raise LogStoreError(f"cannot use {self._root}: {exc}") from exc
-        self._file: BinaryIO | None = None
+        self._fd: int | None = None
+        # One operation at a time: appends and snapshots run in worker threads.
+        self._busy = asyncio.Lock()
+        # The records of the file read last, by its size: recovery reads a file in many
+        # calls and parses it once.
+        self._parsed: tuple[Path, int, list[tuple[int, bytes]]] | None = None
         # After a snapshot the next append starts a log file of its own.
         self._new_file = False
 
@@ -122,34 +129,47 @@ class DirectoryLogStore:
             if len(body) > MAX_RECORD_BYTES:
                 raise ValueError(f"record of {len(body)} bytes > {MAX_RECORD_BYTES}")
             frames.append(_FRAME.pack(len(body), zlib.crc32(body), first_seq + offset) + body)
-        try:
-            handle = self._writer(first_seq)
-            handle.write(b"".join(frames))
-            handle.flush()
-            if self._fsync:
-                os.fsync(handle.fileno())
-        except OSError as exc:
-            self._close_writer()
-            raise LogStoreError(f"append failed: {exc}") from exc
+        async with self._busy:
+            # The write and its fsync run off the event loop: other calls go on meanwhile.
+            await asyncio.to_thread(self._write_frames, first_seq, b"".join(frames))
         self._last = first_seq + len(records) - 1
 
-    def _writer(self, first_seq: int) -> BinaryIO:
-        if self._file is None:
+    def _write_frames(self, first_seq: int, data: bytes) -> None:
+        """Write and fsync ``data`` at the end of the current log file (unbuffered: nothing
+        is left in a buffer to be written later); on failure cut the file back to where it
+        was, so a retry appends after intact frames (a torn frame in the middle would hide
+        every record after it)."""
+        fd = self._writer(first_seq)
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self._fsync:
+                os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # else the next open cuts the torn tail off
+                os.ftruncate(fd, start)
+            self._close_writer()
+            raise LogStoreError(f"append failed: {exc}") from exc
+
+    def _writer(self, first_seq: int) -> int:
+        """The descriptor of the log file appends go to (opened on first use)."""
+        if self._fd is None:
             files = self._log_files()
             fresh = self._new_file or not files
             path = self._logs / f"{first_seq:020d}.log" if fresh else files[-1][1]
-            self._file = open(path, "ab")  # noqa: SIM115 - kept open across appends
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._new_file = False
             if fresh:
                 _fsync_dir(self._logs)
-        return self._file
+        return self._fd
 
     def _close_writer(self) -> None:
-        if self._file is not None:
-            try:
-                self._file.close()
-            finally:
-                self._file = None
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):  # nothing is buffered: nothing can be lost
+                os.close(fd)
 
     async def records_after(self, seq: int, limit: int = 1024) -> list[tuple[int, bytes]]:
         """See :meth:`LogStore.records_after`."""
@@ -159,15 +179,22 @@ class DirectoryLogStore:
             following = files[index + 1][0] if index + 1 < len(files) else None
             if following is not None and following <= seq + 1:
                 continue
-            records, _ = self._scan(path)
-            for record_seq, body in records:
+            for record_seq, body in self._records_of(path):
                 if record_seq > seq:
                     found.append((record_seq, body))
                     if len(found) >= limit:
                         return found
         if found and found[0][0] != seq + 1:
-            raise LogStoreError(f"records after {seq} start at {found[0][0]}")
+            raise RecordsDropped(f"records after {seq} start at {found[0][0]}: load a snapshot")
         return found
+
+    def _records_of(self, path: Path) -> list[tuple[int, bytes]]:
+        size = path.stat().st_size
+        if self._parsed is not None and self._parsed[0] == path and self._parsed[1] == size:
+            return self._parsed[2]
+        records, _ = self._scan(path)
+        self._parsed = (path, size, records)
+        return records
 
     def follow(self, seq: int) -> AsyncIterator[tuple[int, bytes]]:
         """Not offered: a directory has one writer and no standby."""
@@ -188,13 +215,14 @@ class DirectoryLogStore:
 
     async def save_snapshot(self, seq: int, tables: Mapping[str, bytes]) -> None:
         """See :meth:`LogStore.save_snapshot`; a new log file starts after it."""
-        try:
-            await asyncio.to_thread(self._write_snapshot, seq, dict(tables))
-        except OSError as exc:
-            raise LogStoreError(f"snapshot {seq} failed: {exc}") from exc
-        self._close_writer()
-        self._new_file = True
-        self._prune()
+        async with self._busy:
+            try:
+                await asyncio.to_thread(self._write_snapshot, seq, dict(tables))
+            except OSError as exc:
+                raise LogStoreError(f"snapshot {seq} failed: {exc}") from exc
+            self._close_writer()
+            self._new_file = True
+            self._prune()
 
     def _write_snapshot(self, seq: int, tables: dict[str, bytes]) -> None:
         final = self._snapshots / f"{seq:020d}"

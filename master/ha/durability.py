@@ -4,7 +4,7 @@
 - **--enable_snapshot** (one master): the log and snapshots go to ``--snapshot_dir``
   (:class:`~.directory_log.DirectoryLogStore`); with ``--enable_snapshot_restore`` the
   master first rebuilds its state from them (:func:`recover_image`,
-  :func:`~.rows.restore_into`); without it, it starts empty and saves an empty snapshot so
+  :func:`~.restore.restore_sliced`); without it, it starts empty and saves an empty snapshot so
   that a later restore does not resurrect an older life's objects.
 - **--enable_ha**: the master is a *standby* first: it loads the newest snapshot and every
   record from etcd (:class:`~.etcd_log.EtcdLogStore`) and follows the log as the leader
@@ -26,8 +26,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from mooncake_py import capability
 from mooncake_py._wire import ha_records
@@ -35,9 +35,10 @@ from mooncake_py.ha_names import parse_etcd_endpoints
 
 from ..config import MasterConfig
 from ..service.facade import MasterService
-from .log_store import LogStore
+from .log_store import LogStore, LogStoreError, RecordsDropped
 from .replicator import Replicator
-from .rows import RestoreReport, RowImage, TimeBase, restore_into
+from .restore import RestoreReport, restore_sliced
+from .rows import RowImage, TimeBase
 from .snapshot import decode_image, encode_image
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from .etcd_client import EtcdClient
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 async def recover_image(store: LogStore) -> RowImage:
@@ -56,18 +59,58 @@ async def recover_image(store: LogStore) -> RowImage:
 
     Complexity: O(snapshot rows + records).
     """
-    loaded = await store.load_snapshot()
-    image = RowImage()
-    if loaded is not None:
-        seq, tables = loaded
-        image = decode_image(tables)
-        image.seq = seq
+    for _ in range(3):
+        loaded = await store.load_snapshot()
+        image = RowImage()
+        if loaded is not None:
+            seq, tables = loaded
+            image = decode_image(tables)
+            image.seq = seq
+        try:
+            await catch_up(store, image, reload=False)
+        except RecordsDropped:
+            continue  # a newer snapshot was saved between the two reads: load that one
+        return image
+    raise RecordsDropped("the log kept moving past every snapshot loaded")
+
+
+async def catch_up(store: LogStore, image: RowImage, reload: bool = True) -> None:
+    """Apply to ``image`` every record stored after its ``seq``. Records dropped meanwhile by
+    a snapshot (a reader too far behind) make it load the newest snapshot instead, unless
+    ``reload`` is False (then :class:`RecordsDropped` is raised).
+
+    Raises:
+        LogStoreError: the store could not be read.
+        ValueError: a record does not decode or does not follow.
+    """
     while True:
-        batch = await store.records_after(image.seq)
+        try:
+            batch = await store.records_after(image.seq)
+        except RecordsDropped:
+            if not reload:
+                raise
+            log.info("records after %d were dropped: loading the newest snapshot", image.seq)
+            image.replace_with(await recover_image(store))
+            continue
         if not batch:
-            return image
+            return
         for _, blob in batch:
             image.apply(ha_records.decode_record(blob))
+
+
+async def _patiently(what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    """``attempt()`` until it does not fail with :class:`LogStoreError` (etcd down or
+    unreachable): a standby waits for its store rather than exiting."""
+    delay = 0.1
+    while True:
+        try:
+            return await attempt()
+        except RecordsDropped:
+            raise
+        except LogStoreError as exc:
+            log.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 2.0)
 
 
 def quarantine_seconds(config: MasterConfig) -> float:
@@ -160,7 +203,7 @@ class MetadataDurability:
         self.role = "single"
         if config.enable_snapshot_restore:
             image = await recover_image(store)
-            self._restore(image)
+            await self._restore(image)
             last = image.seq
         else:
             last = await store.last_seq()
@@ -192,29 +235,44 @@ class MetadataDurability:
         )
         self._store = store
         self.role = "standby"
-        image = await recover_image(store)
+        image = await _patiently("loading the metadata", lambda: recover_image(store))
         follower = asyncio.get_running_loop().create_task(self._follow(store, image))
         on_standby()
         try:
             await election.campaign()
         finally:
             await _stop_task(follower)
-        # The old leader's appends are fenced now: read what it appended last.
-        while True:
-            batch = await store.records_after(image.seq)
-            if not batch:
-                break
-            for _, blob in batch:
-                image.apply(ha_records.decode_record(blob))
-        self._restore(image)
-        self.role = "leader"
-        self.promoted_at = time.monotonic()
-        self._start_replicator(image.seq)
+        try:
+            # The old leader's appends are fenced now: read what it appended last.
+            await _patiently("catching up with the log", lambda: catch_up(store, image))
+            await self._restore(image)
+            self.role = "leader"
+            self.promoted_at = time.monotonic()
+            self._start_replicator(image.seq)
+        except BaseException:
+            # Leave the leadership to another standby at once rather than at the lease's end.
+            with contextlib.suppress(Exception):
+                await election.resign()
+            raise
         self._watch = asyncio.get_running_loop().create_task(self._watch_leadership())
 
     async def _follow(self, store: LogStore, image: RowImage) -> None:
-        async for _, blob in store.follow(image.seq):
-            image.apply(ha_records.decode_record(blob))
+        """A standby's tail of the log, into ``image``, until cancelled: a follower that fell
+        behind the pruning loads the newest snapshot; other failures are retried."""
+        while True:
+            try:
+                async for _, blob in store.follow(image.seq):
+                    image.apply(ha_records.decode_record(blob))
+            except RecordsDropped:
+                log.info("the standby fell behind the log: loading the newest snapshot")
+                image.replace_with(
+                    await _patiently("loading the metadata", lambda: recover_image(store))
+                )
+            except (LogStoreError, ValueError) as exc:
+                log.warning("following the log failed (%s); reading it again", exc)
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(LogStoreError, ValueError):
+                    await catch_up(store, image)
 
     async def _watch_leadership(self) -> None:
         assert self._election is not None
@@ -225,11 +283,18 @@ class MetadataDurability:
             self.replicator.fail(lost)
         self._on_fatal(lost)
 
-    def _restore(self, image: RowImage) -> None:
+    async def _restore(self, image: RowImage) -> None:
+        """Restore ``image`` into the service in slices, letting the event loop (the
+        election's lease renewals) run between them."""
         context = self._service.context
         times = TimeBase(context.clock(), capability.now_ms())
-        with context.lock:
-            report = restore_into(context.state, image, times, quarantine_seconds(self._config))
+        steps = restore_sliced(context.state, image, times, quarantine_seconds(self._config))
+        while True:
+            with context.lock:
+                report = next(steps)
+            if report is not None:
+                break
+            await asyncio.sleep(0)
         self.restored = report
         log.info(
             "restored %d objects (%d dropped), %d sessions, %d segments at record %d; "
@@ -256,6 +321,13 @@ class MetadataDurability:
             on_fatal=self._on_fatal,
         )
         self.replicator.start()
+
+    def serving(self) -> bool:
+        """Whether this master may answer calls now: always without HA; with HA, while its
+        election holds (checked against the local lease deadline, so a master paused past
+        its lease refuses calls the moment it runs again, before any timer could tell it).
+        O(1)."""
+        return self._election is None or self._election.is_leader
 
     def leader_view(self) -> dict[str, object] | None:
         """Upstream's ``/leader`` view of this master once it leads an HA cluster: its

@@ -35,7 +35,7 @@ from .etcd_client import (
 )
 from .etcd_fence import LeaderFence, pack
 from .etcd_snapshots import LATEST, SnapshotStore, seq_of_latest, seq_part
-from .log_store import MAX_RECORD_BYTES, LeadershipLost, LogStoreError
+from .log_store import MAX_RECORD_BYTES, LeadershipLost, LogStoreError, RecordsDropped
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,8 @@ class EtcdLogStore:
 
         Raises:
             ValueError: a record is over :data:`MAX_RECORD_BYTES`, or ``first_seq`` is not
-                the next sequence number.
+                the next sequence number (a retry whose first records are stored, with these
+                very contents, is not an overlap: the rest is appended).
             LeadershipLost: the leader compare failed or the election is known lost; nothing
                 of that txn was stored.
             LogStoreError: etcd failed or could not be reached.
@@ -119,6 +120,17 @@ class EtcdLogStore:
                     f"{MAX_RECORD_BYTES}"
                 )
         expected = self._next_seq if self._next_seq is not None else await self.last_seq() + 1
+        if first_seq < expected <= first_seq + len(batch):
+            # A retry of an append that stored a prefix (a lost reply, a multi-txn append
+            # that failed midway): the stored part must be these very records.
+            stored = await self.records_after(first_seq - 1, limit=expected - first_seq)
+            if [record for _, record in stored] != batch[: expected - first_seq]:
+                raise ValueError(
+                    f"append at {first_seq} overlaps stored records with other contents "
+                    f"(the next sequence number is {expected})"
+                )
+            batch = batch[expected - first_seq :]
+            first_seq = expected
         if first_seq != expected:
             raise ValueError(f"append at {first_seq}, but the next sequence number is {expected}")
         self._next_seq = None
@@ -170,13 +182,13 @@ class EtcdLogStore:
         for expected, (stored, _value) in enumerate(records, start=seq + 1):
             if stored != expected:
                 if expected == seq + 1:
-                    raise LogStoreError(
+                    raise RecordsDropped(
                         f"records after {seq} were dropped (the log resumes at {stored}): "
                         "load the snapshot"
                     )
                 raise LogStoreError(f"the log has a gap: record {expected} is missing")
         if not records and seq_of_latest(latest[0] if latest else None) > seq:
-            raise LogStoreError(f"records after {seq} were dropped by a snapshot: load it")
+            raise RecordsDropped(f"records after {seq} were dropped by a snapshot: load it")
         return records, result.revision
 
     async def last_seq(self) -> int:

@@ -28,6 +28,11 @@ class LogStoreError(Exception):
     """The store could not do what was asked (I/O failure, store unreachable, corrupt data)."""
 
 
+class RecordsDropped(LogStoreError):
+    """The records asked for were dropped when a newer snapshot was saved: the reader is too
+    far behind and must load the newest snapshot, then read the records after it."""
+
+
 class LeadershipLost(LogStoreError):
     """An append was refused because this master no longer holds the leadership that fences
     the log: another master may be writing it. Nothing of the refused append was stored."""

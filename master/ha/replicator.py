@@ -48,8 +48,13 @@ log = logging.getLogger(__name__)
 
 RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 ROWS_PER_SLICE = 2048
+FLUSH_TICK_S = 0.1
+"""How soon changes no call waits for (background steps) are flushed."""
 """Rows captured per hold of the service lock (about a millisecond's work)."""
+# Every repeated field of a record, in the order a split keeps them (withdrawals first,
+# ranges last); a field missing here would be lost when a large record is split.
 _SPLIT_FIELDS = (
+    "unmounted_segments",
     "objects",
     "removed_objects",
     "sessions",
@@ -58,6 +63,7 @@ _SPLIT_FIELDS = (
     "removed_segments",
     "clients",
     "removed_clients",
+    "memberships",
     "ranges",
 )
 
@@ -117,6 +123,10 @@ class Replicator:
         self._durable_changed = threading.Condition()
         self._snapshot_task: asyncio.Task[None] | None = None
         self._snapshotting = False
+        # While a snapshot is taken: the records appended since its walk began, to replay
+        # over the walk's image without reading them back from the store.
+        self._replay: list[tuple[int, bytes]] | None = None
+        self._ticker: asyncio.Task[None] | None = None
         self._failed: BaseException | None = None
         self._closed = False
         self.appends = 0
@@ -135,6 +145,7 @@ class Replicator:
         with self._lock:
             self._state.attach_journal(self.journal)
         self._snapshot_task = self._loop.create_task(self._snapshot_timer())
+        self._ticker = self._loop.create_task(self._tick())
 
     async def close(self, flush_timeout_s: float = 5.0) -> None:
         """Flush what is dirty (best effort, at most ``flush_timeout_s``; not at all once
@@ -146,10 +157,11 @@ class Replicator:
                 await asyncio.wait_for(self.flush(), flush_timeout_s)
         self._closed = True
         self.fail(RuntimeError("the replicator was closed"))
-        if self._snapshot_task is not None:
-            self._snapshot_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._snapshot_task
+        for task in (self._snapshot_task, self._ticker):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     @property
     def durable_seq(self) -> int:
@@ -236,23 +248,32 @@ class Replicator:
 
     async def _flush_loop(self) -> None:
         try:
-            while self.journal.dirty and self._failed is None:
-                with self._lock:
-                    self._taken += 1
-                    generation = self._taken
-                    dirty = self.journal.take()
-                records = await self._capture_sliced(dirty)
-                first = self._assigned + 1
-                for offset, record in enumerate(records):
-                    record.seq = first + offset
-                self._assigned += len(records)
-                blobs = [record.SerializeToString() for record in records]
-                if await self._append(first, blobs):
-                    self._mark_durable(generation, self._assigned)
+            await self._flush_dirty()
+        except Exception as exc:  # a bug must not leave every later call waiting forever
+            log.exception("replication failed")
+            self._fail(exc)
         finally:
             self._flushing = False
         if self.journal.dirty and self._failed is None:
             self._kick()
+
+    async def _flush_dirty(self) -> None:
+        """Flush until nothing is dirty (one generation per round)."""
+        while self.journal.dirty and self._failed is None:
+            with self._lock:
+                self._taken += 1
+                generation = self._taken
+                dirty = self.journal.take()
+            records = await self._capture_sliced(dirty)
+            first = self._assigned + 1
+            for offset, record in enumerate(records):
+                record.seq = first + offset
+            self._assigned += len(records)
+            blobs = [record.SerializeToString() for record in records]
+            if await self._append(first, blobs):
+                if self._replay is not None:
+                    self._replay.extend(enumerate(blobs, first))
+                self._mark_durable(generation, self._assigned)
 
     async def _capture_sliced(self, dirty: DirtyRows) -> list[ha_records.LogRecord]:
         """The records of ``dirty`` (unnumbered, each small enough to store), captured
@@ -327,6 +348,14 @@ class Replicator:
 
     # -- snapshots -------------------------------------------------------------------------
 
+    async def _tick(self) -> None:
+        """Flush what the background steps changed (evictions, expiries, sweeps): no call
+        waits for those, so nothing else would."""
+        while self._failed is None and not self._closed:
+            await asyncio.sleep(FLUSH_TICK_S)
+            if self.journal.dirty and not self._flushing:
+                self._kick()
+
     async def _snapshot_timer(self) -> None:
         if self._snapshot_interval_s <= 0:
             return
@@ -342,6 +371,7 @@ class Replicator:
             return 0
         self._snapshotting = True
         try:
+            self._replay = []
             walk = capture_sliced(self._state, self._lock, self._times, lambda: self._assigned)
             image = None
             for step in walk:
@@ -351,20 +381,15 @@ class Replicator:
                 await asyncio.sleep(0)
             assert image is not None
             await self.flush()
-            seq = image.seq
-            after = image.seq
-            while True:
-                replay = await self._store.records_after(after)
-                if not replay:
-                    break
-                for record_seq, blob in replay:
-                    image.apply(ha_records.decode_record(blob))
-                    after = record_seq
+            walk_seq = image.seq
+            for _, blob in self._replay:
+                image.apply(ha_records.decode_record(blob))  # older than the walk: ignored
+            self._replay = None
             tables = await asyncio.to_thread(encode_image, image)
             await self._store.save_snapshot(image.seq, tables)
             self._snapshot_seq = max(self._snapshot_seq, image.seq)
             self.snapshots += 1
-            log.info("snapshot at record %d (walk began after %d)", image.seq, seq)
+            log.info("snapshot at record %d (walk began after %d)", image.seq, walk_seq)
             return image.seq
         except LeadershipLost as exc:
             self._fail(exc)
@@ -374,6 +399,7 @@ class Replicator:
             return 0
         finally:
             self._snapshotting = False
+            self._replay = None
 
 
 def _split(record: ha_records.LogRecord) -> list[ha_records.LogRecord]:

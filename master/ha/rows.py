@@ -7,14 +7,15 @@ Three conversions live here, and only here:
   the journal's dirty sets (:meth:`RowCapture.record`);
 - **image** (:class:`RowImage`): rows by key, as a standby or a recovering master holds them
   while it reads records (:meth:`RowImage.apply`: last image wins, a removal deletes);
-- **restore** (:func:`restore_into`): a row image becomes a live :class:`StoreState`.
+- **restore** (:func:`~.restore.restore_into`, in :mod:`.restore`): a row image becomes a
+  live :class:`StoreState`.
 
 Times on the service clock (monotonic, different on every master) travel as wall-clock
 milliseconds: ``wall = wall_now + (t - clock_now)``, and back. Only what a new leader needs to
 serve the same objects with the same guarantees travels: not the eviction order, read leases,
 ping deadlines or replica tasks. A read lease is covered otherwise: every allocator range no
 restored object holds is freed only after the longest time a reader or a writer may still
-touch it (see :func:`restore_into`).
+touch it (see :func:`~.restore.restore_into`).
 
 Thread-safety: capture and restore run under the service lock; an image belongs to one task.
 """
@@ -22,14 +23,16 @@ Thread-safety: capture and restore run under the service lock; an image belongs 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from mooncake_py._wire import ha_records
-from mooncake_py.types import ReplicaStatus, SegmentInfo, SoftPinAction
 
-from ..state.objects import ObjectMetadata, PendingSoftPin, Replica
+from ..state.objects import ObjectMetadata
 from ..state.store import StoreState
 from .journal import DirtyRows
+
+T = TypeVar("T")
 
 ObjectRow = ha_records.ObjectRow
 SessionRow = ha_records.SessionRow
@@ -67,7 +70,7 @@ class RowCapture:
         self._times = times
 
     def object_row(self, meta: ObjectMetadata, times: TimeBase) -> ha_records.ObjectRow:
-        """The image of one object. O(replicas + sessions)."""
+        """The image of one object (its session memberships travel apart). O(replicas)."""
         row = ObjectRow(
             tenant=meta.object_id[0],
             key=meta.object_id[1],
@@ -93,8 +96,6 @@ class RowCapture:
             row.has_pending_pin = True
             row.pending_pin_action = int(pending.action)
             row.pending_pin_ttl_ms = pending.ttl_ms
-        if meta.sessions:
-            row.sessions.extend(sorted(s.session_id for s in meta.sessions))
         return row
 
     def session_row(self, tenant: str, session_id: str, times: TimeBase) -> SessionRow | None:
@@ -144,48 +145,71 @@ class RowCapture:
 
         Complexity: O(dirty rows × their size).
         """
-        parts = list(self.records(dirty, len(dirty) + 1))
-        assert len(parts) == 1
-        parts[0].seq = seq
-        return parts[0]
+        record = LogRecord()
+        for part in self.records(dirty, len(dirty) + 1):
+            record.MergeFrom(part)
+        record.seq = seq
+        return record
 
     def records(self, dirty: DirtyRows, rows_per_record: int) -> Iterator[LogRecord]:
-        """The records carrying every row in ``dirty``, ``rows_per_record`` object and range
-        rows at a time (unnumbered: ``seq`` 0). A generator: the caller holds the service lock
-        around each ``next()`` and may let other calls run in between (a row changed meanwhile
-        is marked dirty again, so a later record carries its newer image). The first record
-        carries the segments, sessions and clients, so every range follows its segment.
+        """The records carrying every row in ``dirty``, ``rows_per_record`` rows at a time
+        (unnumbered: ``seq`` 0). A generator: the caller holds the service lock around each
+        ``next()`` and may let other calls run in between (a row changed meanwhile is marked
+        dirty again, so a later record carries its newer image).
+
+        The first record carries the withdrawals, segments, sessions and clients, then the
+        memberships and the ranges as they were marked; each later one carries objects, each
+        with the *current* range of every replica it names, read in the same hold of the lock:
+        a record never names a replica whose range it does not hold, even when the range was
+        allocated after the journal was taken (that allocation's own mark is in the next
+        flush, which may never be stored).
 
         Complexity: O(rows_per_record) per step.
         """
-        objects = list(dirty.objects)
-        ranges = list(dirty.ranges.items())
-        first = True
-        position = 0
-        while first or position < len(objects) or ranges:
+        times = self._times()
+        record = LogRecord(wall_ms=times.wall_ms)
+        self._other_rows(record, dirty, times)
+        self._stamp(record)
+        yield record
+        for members in _chunks(list(dirty.memberships.items()), rows_per_record):
+            record = LogRecord(wall_ms=times.wall_ms)
+            for (tenant, key, session_id), present in members:
+                record.memberships.add(
+                    tenant=tenant, key=key, session_id=session_id, present=present
+                )
+            self._stamp(record)
+            yield record
+        marked = [(s, o, n) for s, held in dirty.ranges.items() for o, n in held.items()]
+        for held_ranges in _chunks(marked, rows_per_record):
+            record = LogRecord(wall_ms=times.wall_ms)
+            for segment_id, offset, size in held_ranges:
+                record.ranges.add(segment_id=segment_id, offset=offset, size=size)
+            self._stamp(record)
+            yield record
+        table = self._state.objects
+        segments = self._state.segments
+        for object_ids in _chunks(list(dirty.objects), rows_per_record):
             times = self._times()
             record = LogRecord(wall_ms=times.wall_ms)
-            if first:
-                self._other_rows(record, dirty, times)
-                first = False
-            chunk = objects[position : position + rows_per_record]
-            position += len(chunk)
-            table = self._state.objects
-            for object_id in chunk:
+            for object_id in object_ids:
                 meta = table.get(object_id)
                 if meta is None:
                     record.removed_objects.add(tenant=object_id[0], key=object_id[1])
-                else:
-                    record.objects.append(self.object_row(meta, times))
-            if position >= len(objects):
-                taken, ranges = ranges[:rows_per_record], ranges[rows_per_record:]
-                for (segment_id, offset), size in taken:
-                    record.ranges.add(segment_id=segment_id, offset=offset, size=size)
+                    continue
+                record.objects.append(self.object_row(meta, times))
+                for replica in meta.replicas:
+                    mounted = segments.get(replica.segment_id)
+                    if mounted is not None:
+                        size = mounted.allocator.size_of(replica.offset)
+                        record.ranges.add(
+                            segment_id=replica.segment_id, offset=replica.offset, size=size
+                        )
             self._stamp(record)
             yield record
 
     def _other_rows(self, record: LogRecord, dirty: DirtyRows, times: TimeBase) -> None:
-        """Sessions, segments and clients of ``dirty`` into ``record``."""
+        """Withdrawals, sessions, segments and clients of ``dirty`` into ``record``."""
+        record.unmounted_segments.extend(sorted(dirty.unmounted))
         for tenant, session_id in dirty.sessions:
             session_row = self.session_row(tenant, session_id, times)
             if session_row is None:
@@ -217,6 +241,7 @@ class RowImage:
     Attributes:
         seq: the last record applied (or the snapshot's).
         objects, sessions, segments, clients: rows by key.
+        memberships: per object (tenant, key), the ids of the sessions holding it.
         ranges: per segment, offset -> rounded size held.
         next_write_id, next_replica_id: the leader's id counters at ``seq``.
         kv_cache_released_tenants: as of ``seq``.
@@ -228,10 +253,15 @@ class RowImage:
         self.sessions: dict[tuple[str, str], SessionRow] = {}
         self.segments: dict[str, SegmentRow] = {}
         self.clients: dict[str, ClientRow] = {}
+        self.memberships: dict[tuple[str, str], set[str]] = {}
         self.ranges: dict[str, dict[int, int]] = {}
         self.next_write_id = 1
         self.next_replica_id = 1
         self.kv_cache_released_tenants: set[str] = set()
+
+    def replace_with(self, other: RowImage) -> None:
+        """Become ``other`` (a newer image loaded from a snapshot), in place. O(1)."""
+        self.__dict__.update(other.__dict__)
 
     def apply(self, record: LogRecord) -> None:
         """Apply one record (the one after :attr:`seq`; an older one is ignored).
@@ -245,33 +275,49 @@ class RowImage:
             return
         if record.seq != self.seq + 1:
             raise ValueError(f"record {record.seq} does not follow {self.seq}")
-        objects = self.objects
-        for row in record.objects:
-            objects[(row.tenant, row.key)] = row
-        for gone in record.removed_objects:
-            objects.pop((gone.tenant, gone.key), None)
-        for session in record.sessions:
-            self.sessions[(session.tenant, session.session_id)] = session
-        for gone in record.removed_sessions:
-            self.sessions.pop((gone.tenant, gone.key), None)
+        for segment_id in record.unmounted_segments:
+            # Withdrawn (maybe mounted again since): the old mount's ranges are gone.
+            self.segments.pop(segment_id, None)
+            self.ranges.pop(segment_id, None)
         for segment in record.segments:
             self.segments[segment.id] = segment
             self.ranges.setdefault(segment.id, {})
         for segment_id in record.removed_segments:
             self.segments.pop(segment_id, None)
             self.ranges.pop(segment_id, None)
+        objects = self.objects
+        memberships = self.memberships
+        for row in record.objects:
+            objects[(row.tenant, row.key)] = row
+        for gone in record.removed_objects:
+            objects.pop((gone.tenant, gone.key), None)
+        for member in record.memberships:
+            object_key = (member.tenant, member.key)
+            held = memberships.get(object_key)
+            if member.present:
+                if held is None:
+                    held = memberships[object_key] = set()
+                held.add(member.session_id)
+            elif held is not None:
+                held.discard(member.session_id)
+                if not held:
+                    del memberships[object_key]
+        for session in record.sessions:
+            self.sessions[(session.tenant, session.session_id)] = session
+        for gone in record.removed_sessions:
+            self.sessions.pop((gone.tenant, gone.key), None)
         for client in record.clients:
             self.clients[client.client_id] = client
         for client_id in record.removed_clients:
             self.clients.pop(client_id, None)
-        for held in record.ranges:
-            ranges = self.ranges.get(held.segment_id)
+        for held_range in record.ranges:
+            ranges = self.ranges.get(held_range.segment_id)
             if ranges is None:
                 continue  # a range of a segment withdrawn since
-            if held.size:
-                ranges[held.offset] = held.size
+            if held_range.size:
+                ranges[held_range.offset] = held_range.size
             else:
-                ranges.pop(held.offset, None)
+                ranges.pop(held_range.offset, None)
         self.next_write_id = max(self.next_write_id, record.next_write_id)
         self.next_replica_id = max(self.next_replica_id, record.next_replica_id)
         self.kv_cache_released_tenants = set(record.kv_cache_released_tenants)
@@ -281,174 +327,6 @@ class RowImage:
         return len(self.objects)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RestoreReport:
-    """What :func:`restore_into` did.
-
-    Attributes:
-        objects: objects restored.
-        dropped_objects: object rows dropped (no replica on a restored segment, or a range
-            that does not fit the segment).
-        sessions: sessions restored.
-        segments: segments restored.
-        quarantined: allocator ranges held by no restored object, freed after the quarantine.
-    """
-
-    objects: int
-    dropped_objects: int
-    sessions: int
-    segments: int
-    quarantined: int
-
-
-def restore_into(
-    state: StoreState, image: RowImage, times: TimeBase, quarantine_s: float
-) -> RestoreReport:
-    """Rebuild a fresh ``state`` (nothing mounted, no object) from ``image``.
-
-    Segments are mounted for their owners, who get a fresh ping deadline (``client_ttl``
-    from now: a segment whose owner never speaks to this master again goes with the owner,
-    its objects with it). Every allocator range the leader held is held again; the ranges
-    no restored object owns (reads, preempted writes, replica tasks, capability holds in
-    flight on the old leader) are freed ``quarantine_s`` from now, the longest any of those
-    may still touch them, and so is every range freed before then (a reader of the old
-    leader may still be copying an object removed right after the restore). Objects keep
-    their replicas, write ids, pins and sessions; a replica on a segment that did not
-    survive is dropped, an object left without replicas too. The id counters continue after
-    the leader's.
-
-    Returns:
-        What was restored and dropped.
-
-    Raises:
-        ValueError: ``state`` is not fresh.
-
-    Complexity: O(rows × log ranges per segment).
-    """
-    if len(state.objects) or state.segments.all_segments():
-        raise ValueError("restore needs a fresh state")
-    now = times.clock_now
-    for segment in image.segments.values():
-        info = SegmentInfo(
-            id=segment.id,
-            name=segment.name,
-            base=segment.base,
-            size=segment.size,
-            te_endpoint=segment.te_endpoint,
-            protocol=segment.protocol or "tcp",
-            host_id=segment.host_id,
-            shared=segment.shared,
-            capability_key=segment.capability_key,
-        )
-        mounted = state.segments.mount(segment.client_id, info, segment.tenant)
-        mounted.allocator.restore_allocations(image.ranges.get(segment.id, {}).items())
-    for client in _clients_to_restore(image):
-        if client.bound:
-            state.clients.bind(client.client_id, client.tenant, now)
-        state.clients.touch(client.client_id, now)
-        if client.ok:
-            state.clients.mark_ok(client.client_id)
-    owned: dict[str, set[int]] = {segment_id: set() for segment_id in image.segments}
-    restored = dropped = 0
-    for row in image.objects.values():
-        meta = _object_of(row, times, image, owned)
-        if meta is None:
-            dropped += 1
-            continue
-        state.objects.insert(meta)
-        if meta.is_readable() and not meta.hard_pinned:
-            state.policy.on_created(meta.object_id)
-        if meta.soft_pin_deadline > now:
-            state.note_soft_pin(meta.soft_pin_deadline)
-        restored += 1
-    sessions = _restore_sessions(state, image, times)
-    until_ms = times.wall_ms + round(quarantine_s * 1000)
-    quarantined = _quarantine_orphans(state, image, owned, until_ms)
-    state.restore_next_ids(image.next_write_id, image.next_replica_id)
-    state.kv_cache_released_tenants = set(image.kv_cache_released_tenants)
-    return RestoreReport(restored, dropped, sessions, len(image.segments), quarantined)
-
-
-def _clients_to_restore(image: RowImage) -> Iterable[ClientRow]:
-    seen = set(image.clients)
-    yield from image.clients.values()
-    for row in image.segments.values():
-        if row.client_id not in seen:
-            seen.add(row.client_id)
-            yield ClientRow(client_id=row.client_id)
-
-
-def _object_of(
-    row: ObjectRow, times: TimeBase, image: RowImage, owned: dict[str, set[int]]
-) -> ObjectMetadata | None:
-    replicas = []
-    for r in row.replicas:
-        held = image.ranges.get(r.segment_id)
-        if held is None or held.get(r.offset, 0) < r.size or r.offset in owned[r.segment_id]:
-            continue  # its segment is gone, or the range is not (or no longer only) its own
-        owned[r.segment_id].add(r.offset)
-        replicas.append(Replica(r.id, r.segment_id, r.offset, r.size, ReplicaStatus(r.status)))
-    if not replicas:
-        return None
-    meta = ObjectMetadata(
-        row.tenant,
-        row.key,
-        row.size,
-        row.client_id,
-        times.to_clock(row.put_start_ms),
-        tuple(replicas),
-        data_type=row.data_type,
-        write_id=row.write_id,
-        hard_pinned=row.hard_pinned,
-        soft_pin_deadline=times.to_clock(row.soft_pin_deadline_ms),
-        pending_soft_pin=(
-            PendingSoftPin(SoftPinAction(row.pending_pin_action), row.pending_pin_ttl_ms)
-            if row.has_pending_pin
-            else None
-        ),
-        group_id=row.group_id,
-    )
-    return meta
-
-
-def _restore_sessions(state: StoreState, image: RowImage, times: TimeBase) -> int:
-    """Attach every restored object to its sessions, then give each session its fields."""
-    registry = state.sessions
-    for row in image.objects.values():
-        if not row.sessions:
-            continue
-        meta = state.objects.get((row.tenant, row.key))
-        if meta is None:
-            continue
-        live = [s for s in row.sessions if (row.tenant, s) in image.sessions]
-        if live:
-            registry.add(meta, live, times.clock_now)
-    count = 0
-    for (tenant, session_id), srow in image.sessions.items():
-        session = registry.get(tenant, session_id)
-        if session is None:
-            continue  # every member is gone
-        session.created_at = times.to_clock(srow.created_ms)
-        session.last_active_at = times.to_clock(srow.last_active_ms)
-        session.pinned = srow.pinned
-        count += 1
-    return count
-
-
-def _quarantine_orphans(
-    state: StoreState, image: RowImage, owned: dict[str, set[int]], until_ms: int
-) -> int:
-    """Hold every range no restored object owns until ``until_ms`` (wall clock), and every
-    range freed before then too (freed by the usual sweep of held ranges)."""
-    holds = state.segments.grant_holds
-    holds.floor_ms = max(holds.floor_ms, until_ms)
-    count = 0
-    for segment_id, ranges in image.ranges.items():
-        if segment_id not in image.segments:
-            continue
-        mine = owned.get(segment_id, set())
-        for offset in ranges:
-            if offset not in mine:
-                holds.hold(segment_id, offset, until_ms)
-                count += 1
-    return count
+def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

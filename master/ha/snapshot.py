@@ -1,9 +1,10 @@
 """Snapshots: a row image as Parquet tables, and back.
 
-A snapshot is six Parquet files (one table each, zstd-compressed): ``objects`` (one row per
-object; its replicas as a list of structs, its sessions as a list of strings), ``sessions``,
-``segments``, ``clients``, ``ranges`` (every allocator range held) and ``meta`` (one row: the
-sequence number, the id counters, the format version). The columns are the fields of the
+A snapshot is seven Parquet files (one table each, zstd-compressed): ``objects`` (one row per
+object, its replicas as a list of structs), ``memberships`` (tenant, key, session id: which
+sessions hold which objects), ``sessions``, ``segments``, ``clients``, ``ranges`` (every
+allocator range held) and ``meta`` (one row: the sequence number, the id counters, the format
+version). The columns are the fields of the
 rows in ``proto/ha.proto``, so a snapshot can be read with any Parquet tool (pyarrow, DuckDB,
 pandas) to see what the master held.
 
@@ -30,7 +31,7 @@ from mooncake_py._wire import ha_records
 from ..state.store import StoreState
 from .rows import RowCapture, RowImage, TimeBase
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 ROWS_PER_SLICE = 2048
 
 _REPLICA = pa.struct(
@@ -98,7 +99,6 @@ def _table_of(kind: Any, rows: list[Any]) -> pa.Table:
         name: pa.array([getattr(r, name) for r in rows], typ) for name, typ in _SCALARS[kind]
     }
     if kind is ha_records.ObjectRow:
-        columns["sessions"] = pa.array([list(r.sessions) for r in rows], pa.list_(pa.string()))
         columns["replicas"] = pa.array(
             [
                 [
@@ -133,8 +133,18 @@ def encode_image(image: RowImage) -> dict[str, bytes]:
             "segments_with_ranges": pa.array([sorted(image.ranges)], pa.list_(pa.string())),
         }
     )
+    members = [(t, k, s) for (t, k), ids in image.memberships.items() for s in sorted(ids)]
     return {
         "objects": _parquet(_table_of(ha_records.ObjectRow, list(image.objects.values()))),
+        "memberships": _parquet(
+            pa.table(
+                {
+                    "tenant": pa.array([m[0] for m in members], pa.string()),
+                    "key": pa.array([m[1] for m in members], pa.string()),
+                    "session_id": pa.array([m[2] for m in members], pa.string()),
+                }
+            )
+        ),
         "sessions": _parquet(_table_of(ha_records.SessionRow, list(image.sessions.values()))),
         "segments": _parquet(_table_of(ha_records.SegmentRow, list(image.segments.values()))),
         "clients": _parquet(_table_of(ha_records.ClientRow, list(image.clients.values()))),
@@ -177,6 +187,8 @@ def decode_image(tables: Mapping[str, bytes]) -> RowImage:
         for replica in replicas:
             obj.replicas.add(**replica)
         image.objects[(obj.tenant, obj.key)] = obj
+    for row in read["memberships"].to_pylist():
+        image.memberships.setdefault((row["tenant"], row["key"]), set()).add(row["session_id"])
     for row in read["sessions"].to_pylist():
         image.sessions[(row["tenant"], row["session_id"])] = ha_records.SessionRow(**row)
     for row in read["segments"].to_pylist():
@@ -190,7 +202,7 @@ def decode_image(tables: Mapping[str, bytes]) -> RowImage:
     return image
 
 
-_TABLES = ("objects", "sessions", "segments", "clients", "ranges", "meta")
+_TABLES = ("objects", "memberships", "sessions", "segments", "clients", "ranges", "meta")
 
 
 def capture_sliced(
@@ -210,7 +222,6 @@ def capture_sliced(
     with lock:
         image = RowImage()
         image.seq = seq_now()
-        base = times()
         object_ids = [m.object_id for m in state.objects.snapshot()]
         image.next_write_id, image.next_replica_id = state.peek_next_ids()
         image.kv_cache_released_tenants = set(state.kv_cache_released_tenants)
@@ -219,14 +230,23 @@ def capture_sliced(
             if segment_row is not None:
                 image.segments[mounted.info.id] = segment_row
                 image.ranges[mounted.info.id] = dict(mounted.allocator.allocations())
-        for client_id in state.clients.known():
-            client_row = capture.client_row(client_id)
-            if client_row is not None:
-                image.clients[client_id] = client_row
-        for tenant, session_id in state.sessions.session_keys():
-            session_row = capture.session_row(tenant, session_id, base)
-            if session_row is not None:
-                image.sessions[(tenant, session_id)] = session_row
+        client_ids = list(state.clients.known())
+        session_keys = state.sessions.session_keys()
+    for start in range(0, len(client_ids), ROWS_PER_SLICE):
+        yield None
+        with lock:
+            for client_id in client_ids[start : start + ROWS_PER_SLICE]:
+                client_row = capture.client_row(client_id)
+                if client_row is not None:
+                    image.clients[client_id] = client_row
+    for start in range(0, len(session_keys), ROWS_PER_SLICE):
+        yield None
+        with lock:
+            base = times()
+            for tenant, session_id in session_keys[start : start + ROWS_PER_SLICE]:
+                session_row = capture.session_row(tenant, session_id, base)
+                if session_row is not None:
+                    image.sessions[(tenant, session_id)] = session_row
     for start in range(0, len(object_ids), ROWS_PER_SLICE):
         yield None
         with lock:
@@ -235,4 +255,6 @@ def capture_sliced(
                 meta = state.objects.get(object_id)
                 if meta is not None:
                     image.objects[object_id] = capture.object_row(meta, base)
+                    if meta.sessions:
+                        image.memberships[object_id] = {s.session_id for s in meta.sessions}
     yield image

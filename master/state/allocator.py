@@ -175,6 +175,10 @@ class OffsetAllocator:
         if cursor < self._usable:
             self._insert_free(cursor, self._usable - cursor)
 
+    def rounded(self, size: int) -> int:
+        """``size`` rounded up to the alignment: what an allocation of it holds. O(1)."""
+        return self._round_up(size)
+
     def allocations(self) -> list[tuple[int, int]]:
         """Every live allocation as (offset, rounded size). O(allocations)."""
         return list(self._allocations.items())

@@ -26,7 +26,7 @@ class GrantHolds:
     def __init__(self) -> None:
         # Until this wall-clock ms every freed range is held, shared segment or not: a master
         # restored from the log cannot know which readers and writers of the old leader may
-        # still touch a range (see :func:`mooncake_py.master.ha.rows.restore_into`).
+        # still touch a range (see :func:`mooncake_py.master.ha.restore.restore_sliced`).
         self.floor_ms = 0
         self._expiry: dict[tuple[str, int], int] = {}
         self._held: list[tuple[int, str, int]] = []  # heap of (expires_ms, segment id, offset)

@@ -172,7 +172,7 @@ class SegmentManager:
         if mounted is None:
             return None
         if self.journal is not None:
-            self.journal.segment(segment_id)
+            self.journal.unmounted(segment_id)
         self.grant_holds.drop_segment(segment_id)
         self._restricted -= _restricted(mounted)
         peers = self._by_name[mounted.info.name]

@@ -254,7 +254,6 @@ class SessionRegistry:
             session.last_active_at = now
             if journal is not None:
                 journal.session(meta.tenant, session_id)
-                journal.object(meta.object_id)
             if meta.sessions is None:
                 meta.sessions = set()
                 meta.session_weight = weight(meta)
@@ -270,6 +269,8 @@ class SessionRegistry:
             session.members.add(meta.key)
             session.bytes += held
             self.memberships += 1
+            if journal is not None:
+                journal.membership(meta.tenant, meta.key, session_id, True)
 
     def touch(self, session: KvSession, now: float) -> None:
         """The session was named by a call: it is active now."""
@@ -363,7 +364,7 @@ class SessionRegistry:
                 next(iter(sessions)).exclusive_bytes += held
         session.members.discard(meta.key)
         if self.journal is not None:
-            self.journal.object(meta.object_id)
+            self.journal.membership(session.tenant, meta.key, session.session_id, False)
         if not session.members and not session.admitting:
             self._drop(session)
 

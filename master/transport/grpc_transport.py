@@ -25,7 +25,14 @@ import grpc
 from mooncake_py._wire.rpcs import SERVICE_NAME
 
 from ..ha.log_store import LeadershipLost
-from .pipeline import NOT_LEADER_TEXT, BoundCall, CallPipeline, Rejection, drive_on_loop
+from .pipeline import (
+    NOT_LEADER_TEXT,
+    NOT_SERVING_TEXT,
+    BoundCall,
+    CallPipeline,
+    Rejection,
+    drive_on_loop,
+)
 
 _STATUS_OF = {
     Rejection.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
@@ -44,6 +51,9 @@ def _behaviour(
         if requires_token:
             metadata = dict(context.invocation_metadata() or ())
             header = metadata.get("authorization")
+        serving = pipeline.serving
+        if serving is not None and not serving():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, NOT_SERVING_TEXT)
         tenant = pipeline.authenticate_bearer(header, context.peer())
         replicator = pipeline.replicator
         marks = replicator.journal.marks if replicator is not None else 0

@@ -74,6 +74,7 @@ slices it would wait several slices; a few steps cost little (microseconds each)
 Answer = tuple["Rejection | None", bytes]
 
 NOT_LEADER_TEXT = "this master lost the leadership: the call's changes were not replicated"
+NOT_SERVING_TEXT = "this master is not the leader (any more): the call was not run"
 
 
 class Rejection(enum.Enum):
@@ -147,6 +148,9 @@ class CallPipeline:
         # Set once the metadata is replicated: transports answer a call that changed
         # something only when the replicator says its change is durable.
         self.replicator: Replicator | None = None
+        # Set for an HA leader: whether it may still answer (its election holds); transports
+        # refuse calls (UNAVAILABLE) when it says no.
+        self.serving: Callable[[], bool] | None = None
         self._authority = authority
         self._checks = PrincipalChecks(service, authority is not None)
         self.calls: Mapping[str, BoundCall] = {

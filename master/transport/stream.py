@@ -152,6 +152,11 @@ class _ChannelProtocol(asyncio.Protocol):
             if frame is None:
                 break
             start, call_id, name, payload = frame
+            serving = self._pipeline.serving
+            if serving is not None and not serving():
+                # No longer the leader: the client reconnects to the one etcd names.
+                transport.close()
+                return
             bound = self._calls.get(name)
             replicator = self._pipeline.replicator
             marks = replicator.journal.marks if replicator is not None else 0

@@ -21,7 +21,7 @@ class ReplicaRow(_message.Message):
     def __init__(self, id: _Optional[int] = ..., segment_id: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., status: _Optional[int] = ...) -> None: ...
 
 class ObjectRow(_message.Message):
-    __slots__ = ("tenant", "key", "size", "client_id", "put_start_ms", "replicas", "data_type", "write_id", "hard_pinned", "soft_pin_deadline_ms", "has_pending_pin", "pending_pin_action", "pending_pin_ttl_ms", "group_id", "sessions")
+    __slots__ = ("tenant", "key", "size", "client_id", "put_start_ms", "replicas", "data_type", "write_id", "hard_pinned", "soft_pin_deadline_ms", "has_pending_pin", "pending_pin_action", "pending_pin_ttl_ms", "group_id")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -36,7 +36,6 @@ class ObjectRow(_message.Message):
     PENDING_PIN_ACTION_FIELD_NUMBER: _ClassVar[int]
     PENDING_PIN_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
-    SESSIONS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     key: str
     size: int
@@ -51,8 +50,19 @@ class ObjectRow(_message.Message):
     pending_pin_action: int
     pending_pin_ttl_ms: int
     group_id: str
-    sessions: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tenant: _Optional[str] = ..., key: _Optional[str] = ..., size: _Optional[int] = ..., client_id: _Optional[str] = ..., put_start_ms: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaRow, _Mapping]]] = ..., data_type: _Optional[int] = ..., write_id: _Optional[int] = ..., hard_pinned: _Optional[bool] = ..., soft_pin_deadline_ms: _Optional[int] = ..., has_pending_pin: _Optional[bool] = ..., pending_pin_action: _Optional[int] = ..., pending_pin_ttl_ms: _Optional[int] = ..., group_id: _Optional[str] = ..., sessions: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, tenant: _Optional[str] = ..., key: _Optional[str] = ..., size: _Optional[int] = ..., client_id: _Optional[str] = ..., put_start_ms: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaRow, _Mapping]]] = ..., data_type: _Optional[int] = ..., write_id: _Optional[int] = ..., hard_pinned: _Optional[bool] = ..., soft_pin_deadline_ms: _Optional[int] = ..., has_pending_pin: _Optional[bool] = ..., pending_pin_action: _Optional[int] = ..., pending_pin_ttl_ms: _Optional[int] = ..., group_id: _Optional[str] = ...) -> None: ...
+
+class MembershipRow(_message.Message):
+    __slots__ = ("tenant", "key", "session_id", "present")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    key: str
+    session_id: str
+    present: bool
+    def __init__(self, tenant: _Optional[str] = ..., key: _Optional[str] = ..., session_id: _Optional[str] = ..., present: _Optional[bool] = ...) -> None: ...
 
 class SessionRow(_message.Message):
     __slots__ = ("tenant", "session_id", "pinned", "created_ms", "last_active_ms")
@@ -125,7 +135,7 @@ class RowKey(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
 
 class LogRecord(_message.Message):
-    __slots__ = ("seq", "wall_ms", "objects", "removed_objects", "sessions", "removed_sessions", "segments", "removed_segments", "clients", "removed_clients", "ranges", "next_write_id", "next_replica_id", "kv_cache_released_tenants")
+    __slots__ = ("seq", "wall_ms", "objects", "removed_objects", "sessions", "removed_sessions", "segments", "removed_segments", "clients", "removed_clients", "ranges", "next_write_id", "next_replica_id", "kv_cache_released_tenants", "memberships", "unmounted_segments")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WALL_MS_FIELD_NUMBER: _ClassVar[int]
     OBJECTS_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +150,8 @@ class LogRecord(_message.Message):
     NEXT_WRITE_ID_FIELD_NUMBER: _ClassVar[int]
     NEXT_REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_RELEASED_TENANTS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIPS_FIELD_NUMBER: _ClassVar[int]
+    UNMOUNTED_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     seq: int
     wall_ms: int
     objects: _containers.RepeatedCompositeFieldContainer[ObjectRow]
@@ -154,4 +166,6 @@ class LogRecord(_message.Message):
     next_write_id: int
     next_replica_id: int
     kv_cache_released_tenants: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, seq: _Optional[int] = ..., wall_ms: _Optional[int] = ..., objects: _Optional[_Iterable[_Union[ObjectRow, _Mapping]]] = ..., removed_objects: _Optional[_Iterable[_Union[RowKey, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[SessionRow, _Mapping]]] = ..., removed_sessions: _Optional[_Iterable[_Union[RowKey, _Mapping]]] = ..., segments: _Optional[_Iterable[_Union[SegmentRow, _Mapping]]] = ..., removed_segments: _Optional[_Iterable[str]] = ..., clients: _Optional[_Iterable[_Union[ClientRow, _Mapping]]] = ..., removed_clients: _Optional[_Iterable[str]] = ..., ranges: _Optional[_Iterable[_Union[RangeRow, _Mapping]]] = ..., next_write_id: _Optional[int] = ..., next_replica_id: _Optional[int] = ..., kv_cache_released_tenants: _Optional[_Iterable[str]] = ...) -> None: ...
+    memberships: _containers.RepeatedCompositeFieldContainer[MembershipRow]
+    unmounted_segments: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, seq: _Optional[int] = ..., wall_ms: _Optional[int] = ..., objects: _Optional[_Iterable[_Union[ObjectRow, _Mapping]]] = ..., removed_objects: _Optional[_Iterable[_Union[RowKey, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[SessionRow, _Mapping]]] = ..., removed_sessions: _Optional[_Iterable[_Union[RowKey, _Mapping]]] = ..., segments: _Optional[_Iterable[_Union[SegmentRow, _Mapping]]] = ..., removed_segments: _Optional[_Iterable[str]] = ..., clients: _Optional[_Iterable[_Union[ClientRow, _Mapping]]] = ..., removed_clients: _Optional[_Iterable[str]] = ..., ranges: _Optional[_Iterable[_Union[RangeRow, _Mapping]]] = ..., next_write_id: _Optional[int] = ..., next_replica_id: _Optional[int] = ..., kv_cache_released_tenants: _Optional[_Iterable[str]] = ..., memberships: _Optional[_Iterable[_Union[MembershipRow, _Mapping]]] = ..., unmounted_segments: _Optional[_Iterable[str]] = ...) -> None: ...

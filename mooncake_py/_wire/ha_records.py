@@ -16,6 +16,7 @@ SegmentRow = ha_pb2.SegmentRow
 ClientRow = ha_pb2.ClientRow
 RangeRow = ha_pb2.RangeRow
 RowKey = ha_pb2.RowKey
+MembershipRow = ha_pb2.MembershipRow
 LogRecord = ha_pb2.LogRecord
 
 

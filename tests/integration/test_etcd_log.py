@@ -294,3 +294,23 @@ async def test_follow_raises_when_behind_the_snapshot_or_closed(
             await asyncio.wait_for(pending, 10)
     finally:
         await follower.close()
+
+
+async def test_a_retry_of_a_partly_stored_append_appends_the_rest(
+    store: EtcdLogStore,
+    etcd_server: EtcdServer,  # noqa: F811
+) -> None:
+    """An append whose reply was lost (or that stopped midway) is retried with the same
+    numbers: the stored prefix is recognised and the rest stored, nothing twice."""
+    await store.append(1, [b"a", b"b"])
+    # Another writer's view of the log (a fresh store) retries 1..4 after 1..2 landed.
+    other = EtcdLogStore(EtcdClient(etcd_server.endpoint), CLUSTER)
+    try:
+        await other.append(1, [b"a", b"b", b"c", b"d"])
+        assert await other.records_after(0) == [(1, b"a"), (2, b"b"), (3, b"c"), (4, b"d")]
+        await other.append(1, [b"a", b"b", b"c", b"d"])  # all stored already: nothing to do
+        with pytest.raises(ValueError):
+            await other.append(3, [b"C", b"d", b"e"])  # other contents: an overlap
+        assert await other.last_seq() == 4
+    finally:
+        await other.close()

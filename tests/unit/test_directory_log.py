@@ -93,3 +93,27 @@ def test_an_unusable_directory_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(LogStoreError):
         DirectoryLogStore(blocker / "sub")
+
+
+def test_a_failed_append_leaves_no_torn_frame_before_its_retry(tmp_path: Path) -> None:
+    """A write that fails part-way (the disk fills up) is cut back, so the retried records
+    and every later one survive reopening (a torn frame in the middle would hide them)."""
+    import resource
+    import signal
+
+    store = DirectoryLogStore(tmp_path)
+    run(store.append(1, [b"a" * 1000]))
+    (log_file,) = (tmp_path / "log").glob("*.log")
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (log_file.stat().st_size + 500, hard))
+    try:
+        with pytest.raises(LogStoreError):
+            run(store.append(2, [b"b" * 1000]))  # half a frame fits
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    run(store.append(2, [b"b" * 1000]))  # the retry, same number and bytes
+    run(store.append(3, [b"c"]))
+    run(store.close())
+    assert [s for s, _ in run(DirectoryLogStore(tmp_path).records_after(0))] == [1, 2, 3]

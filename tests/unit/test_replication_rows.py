@@ -18,7 +18,8 @@ from mooncake_py.errors import ErrorCode
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.ha.journal import Journal
-from mooncake_py.master.ha.rows import RowCapture, RowImage, TimeBase, restore_into
+from mooncake_py.master.ha.restore import restore_into
+from mooncake_py.master.ha.rows import RowCapture, RowImage, TimeBase
 from mooncake_py.master.ha.snapshot import capture_sliced, decode_image, encode_image
 from mooncake_py.master.service.facade import MasterService
 from mooncake_py.types import ReplicateConfig, SegmentInfo, SoftPinAction
@@ -66,6 +67,7 @@ def full_image(service: MasterService, times: Callable[[], TimeBase]) -> RowImag
 
 def assert_same(a: RowImage, b: RowImage) -> None:
     assert a.objects == b.objects
+    assert a.memberships == b.memberships
     assert a.sessions == b.sessions
     assert a.segments == b.segments
     assert a.clients == b.clients
@@ -172,6 +174,7 @@ def test_records_rebuild_the_leader_and_a_restore_serves_it(seed: int) -> None:
     assert report.objects == len(leader.image.objects)
     again = full_image(restored, leader.times)
     assert again.objects == truth.objects
+    assert again.memberships == truth.memberships
     assert again.sessions == truth.sessions
     assert again.segments == truth.segments
     assert again.ranges == truth.ranges
@@ -248,3 +251,153 @@ def test_orphan_ranges_are_held_then_freed() -> None:
     assert restored.put_end("c2", "", "k3", again.write_id) == ErrorCode.OK
     assert restored.remove("", "k3", force=True) == ErrorCode.OK
     assert restored.stats()["allocated_bytes"] == 0
+
+
+def restored_from(leader: Leader) -> MasterService:
+    clock = FakeClock(leader.clock())
+    restored = MasterService(leader.config, clock=clock, rng=random.Random(0))
+    with restored.context.lock:
+        restore_into(restored.context.state, leader.image, leader.times(), 30.0)
+    restored.check()
+    return restored
+
+
+def test_a_segment_withdrawn_and_mounted_again_in_one_flush_restores() -> None:
+    """An owner that expired and remounted under the same id between two records: the old
+    mount's ranges go with it (a restore used to find them overlapping the new mount's)."""
+    leader = Leader(0)
+    segment_id = mount(leader.service, "c1", 0, size=32 * KIB)
+    for i in range(3):
+        start = leader.service.put_start("c1", "", f"k{i}", 4 * KIB, ReplicateConfig())
+        leader.service.put_end("c1", "", f"k{i}", start.write_id)
+    leader.flush()
+    old = leader.service.put_start("c1", "", "late", 8 * KIB, ReplicateConfig())
+    assert old.code == ErrorCode.OK
+    assert leader.service.unmount_segment("c1", segment_id) == ErrorCode.OK
+    mount(leader.service, "c1", 0, size=16 * KIB)  # the same id, smaller
+    fresh = leader.service.put_start("c1", "", "new", 4 * KIB, ReplicateConfig())
+    leader.service.put_end("c1", "", "new", fresh.write_id)
+    leader.flush()
+    assert_same(leader.image, full_image(leader.service, leader.times))
+    restored = restored_from(leader)
+    assert restored.stats()["allocated_bytes"] == leader.service.stats()["allocated_bytes"]
+
+
+def test_an_object_in_many_sessions_costs_small_records() -> None:
+    """Memberships travel one by one: an object in 300 sessions with 4 KiB ids makes no
+    record over the store's limit, and a change to one of them logs that one only."""
+    from mooncake_py.master.ha.log_store import MAX_RECORD_BYTES
+
+    leader = Leader(0, kv_session_max_per_object=1000)
+    mount(leader.service, "c1", 0)
+    start = leader.service.put_start("c1", "", "k", 100, ReplicateConfig())
+    leader.service.put_end("c1", "", "k", start.write_id)
+    ids = [f"{i:04d}" + "x" * 4092 for i in range(300)]
+    for session_id in ids:
+        assert leader.service.sessions.attach_kv_session("", session_id, ["k"]) == [0]
+    with leader.service.context.lock:
+        parts = list(leader.capture.records(leader.journal.take(), 2048))
+    from mooncake_py.master.ha.replicator import _split
+
+    pieces = [piece for part in parts for piece in _split(part)]
+    assert max(piece.ByteSize() for piece in pieces) <= MAX_RECORD_BYTES
+    for number, piece in enumerate(pieces, leader.image.seq + 1):
+        piece.seq = number
+        leader.image.apply(piece)
+    assert_same(leader.image, full_image(leader.service, leader.times))
+    leader.service.sessions.attach_kv_session("", "one-more", ["k"])
+    with leader.service.context.lock:
+        record = leader.capture.record(leader.image.seq + 1, leader.journal.take())
+    assert record.ByteSize() < 4096
+    restored_from(leader)
+
+
+def test_a_record_never_names_a_replica_whose_range_it_lacks() -> None:
+    """Rows captured in slices: an object re-put between two slices (its new range belongs
+    to the next flush) is logged with its new range, so a restore from the first flush alone
+    never hands that range out again."""
+    leader = Leader(0)
+    mount(leader.service, "c1", 0, size=1 << 20)
+    for i in range(8):
+        start = leader.service.put_start("c1", "", f"k{i}", 4 * KIB, ReplicateConfig())
+        leader.service.put_end("c1", "", f"k{i}", start.write_id)
+    leader.flush()
+    for i in range(8):
+        leader.service.remove("", f"k{i}", force=True)
+        start = leader.service.put_start("c1", "", f"k{i}", 4 * KIB, ReplicateConfig())
+        leader.service.put_end("c1", "", f"k{i}", start.write_id)
+    with leader.service.context.lock:
+        parts = leader.capture.records(leader.journal.take(), 2)
+        first = [next(parts)]
+    # Between two slices: every object is re-put into a range of the next flush.
+    for i in range(8):
+        leader.service.remove("", f"k{i}", force=True)
+        start = leader.service.upsert_start("c1", "", f"k{i}", 8 * KIB, ReplicateConfig())
+        leader.service.put_end("c1", "", f"k{i}", start.write_id)
+    with leader.service.context.lock:
+        first.extend(parts)
+    for number, part in enumerate(first, leader.image.seq + 1):
+        part.seq = number
+        leader.image.apply(part)
+    restored = restored_from(leader)  # the next flush is lost
+    # Every restored replica's range is held: new writes get other ranges.
+    taken = {
+        (r.segment_id, r.offset) for row in leader.image.objects.values() for r in row.replicas
+    }
+    for i in range(8):
+        start = restored.put_start("c1", "", f"new{i}", 4 * KIB, ReplicateConfig())
+        assert start.code == ErrorCode.OK
+        meta = restored.object_of("", f"new{i}")
+        assert meta is not None
+        assert not {(r.segment_id, r.offset) for r in meta.replicas} & taken
+
+
+def test_a_split_keeps_every_field_of_a_record() -> None:
+    """Every repeated field of a record survives a split (a field left out is lost rows)."""
+    from mooncake_py._wire import ha_records
+    from mooncake_py.master.ha.replicator import _SPLIT_FIELDS, _split
+
+    repeated = {
+        f.name
+        for f in ha_records.LogRecord.DESCRIPTOR.fields
+        if f.is_repeated and f.name != "kv_cache_released_tenants"
+    }
+    assert set(_SPLIT_FIELDS) == repeated
+    record = ha_records.LogRecord(seq=5)
+    big = "x" * 4000
+    for i in range(600):
+        record.memberships.add(tenant="t", key=f"k{i}", session_id=big, present=True)
+        record.unmounted_segments.append(f"s{i}-{big}")
+    parts = _split(record)
+    assert len(parts) > 1
+    merged = ha_records.LogRecord()
+    for part in parts:
+        merged.MergeFrom(part)
+    assert list(merged.memberships) == list(record.memberships)
+    assert list(merged.unmounted_segments) == list(record.unmounted_segments)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_uncovered_ranges_are_exactly_what_no_claim_holds(seed: int) -> None:
+    """The orphans a restore holds: disjoint from the kept claims and from each other, and
+    together with them covering every byte the old leader held (within the segment)."""
+    from mooncake_py.master.ha.restore import _uncovered, _without_overlaps
+
+    rng = random.Random(seed)
+    capacity = 64 * 64
+    ranges = {64 * rng.randrange(64): 64 * rng.randrange(1, 8) for _ in range(rng.randrange(12))}
+    claims = sorted((64 * rng.randrange(64), 64 * rng.randrange(1, 6), owner) for owner in range(8))
+    kept = _without_overlaps(claims, capacity)
+    taken = [(o, n) for o, n, _ in kept]
+    pieces = _uncovered(ranges, taken, capacity)
+
+    def cells(intervals: list[tuple[int, int]]) -> list[int]:
+        return [c for o, n in intervals for c in range(o // 64, (o + n) // 64)]
+
+    kept_cells, piece_cells = cells(taken), cells(pieces)
+    assert len(set(kept_cells)) == len(kept_cells)  # claims kept do not overlap
+    assert len(set(piece_cells)) == len(piece_cells)
+    assert not set(kept_cells) & set(piece_cells)
+    held = {c for c in cells(list(ranges.items())) if c < capacity // 64}
+    assert held <= set(kept_cells) | set(piece_cells)
+    assert all(o + n <= capacity for o, n in taken + pieces)
