@@ -83,6 +83,17 @@ def clocked_master(fake_clock: FakeClock) -> Iterator[InProcessMaster]:
 
 
 @pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[str]]]:
+    """Worker processes a test starts (appends); killed and reaped after it."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
 def master_process() -> Iterator[MasterProcess]:
     """A real master as a child process."""
     with MasterProcess() as running:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from typing import Any
 
 
@@ -25,3 +26,17 @@ def call_worker(process: subprocess.Popen[str], op: str, **kwargs: Any) -> Any:
     if not answer["ok"]:
         raise RuntimeError(answer["error"])
     return answer["result"]
+
+
+def serve_requests(worker: object) -> None:
+    """The worker side: answer each request line on stdin with ``worker.op_<op>(**args)``
+    until stdin closes; an exception is answered as an error (the test fails with it)."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        op = request.pop("op")
+        try:
+            answer = {"ok": True, "result": getattr(worker, f"op_{op}")(**request)}
+        except Exception as exc:
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()

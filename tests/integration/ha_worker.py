@@ -9,12 +9,11 @@ or ``{"ok": false, "error": "..."}``.
 from __future__ import annotations
 
 import hashlib
-import json
-import sys
 import time
 from typing import Any
 
 from mooncake_py import MooncakeDistributedStore, ReplicateConfig
+from tests.line_worker import serve_requests
 
 
 def value_for(key: str, size: int) -> bytes:
@@ -104,15 +103,7 @@ class Worker:
 
 def main() -> None:
     worker = Worker()
-    for line in sys.stdin:
-        request = json.loads(line)
-        op = request.pop("op")
-        try:
-            answer = {"ok": True, "result": getattr(worker, f"op_{op}")(**request)}
-        except Exception as exc:  # reported to the test, which fails with it
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
+    serve_requests(worker)
     worker.store.close()
 
 

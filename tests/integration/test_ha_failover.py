@@ -66,16 +66,6 @@ def cluster(etcd: EtcdServer) -> Iterator[list[MasterProcess]]:
         master.stop()
 
 
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-
-
 def ha_worker(
     etcd: EtcdServer, workers: list[subprocess.Popen[str]], transport: str = "auto"
 ) -> subprocess.Popen[str]:

@@ -15,11 +15,8 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mooncake_py.master.server import free_port
 from mooncake_py.testing import MasterProcess, wait_until
@@ -39,16 +36,6 @@ def start_worker(env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         cwd=REPO,
         env={**os.environ, **(env or {})},
     )
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
 
 
 def stats(master: MasterProcess) -> dict[str, Any]:
