@@ -97,7 +97,11 @@ RETRY_POLICY: dict[str, tuple[bool, str]] = {
     "ListKvSessions": (_IDEMPOTENT, "a read of one page, named by its cursor"),
     "QueryTask": (_IDEMPOTENT, "a read"),
     # -- writes: a repeat finds the state the lost first attempt left
-    "PutStart": (_ONLY_UNSENT, "a repeat finds the key being written by the first attempt"),
+    "PutStart": (
+        _ONLY_UNSENT,
+        "a repeat finds the key being written by the lost first attempt (OBJECT_ALREADY_EXISTS "
+        "until that reservation is discarded)",
+    ),
     "BatchPutStart": (_ONLY_UNSENT, "as PutStart, per key"),
     "PutStartWithKvSessions": (_ONLY_UNSENT, "as PutStart"),
     "BatchPutStartWithKvSessions": (_ONLY_UNSENT, "as PutStart, per key"),
@@ -105,10 +109,17 @@ RETRY_POLICY: dict[str, tuple[bool, str]] = {
     "BatchUpsertStart": (_ONLY_UNSENT, "as UpsertStart, per key"),
     "UpsertStartWithKvSessions": (_ONLY_UNSENT, "as UpsertStart"),
     "BatchUpsertStartWithKvSessions": (_ONLY_UNSENT, "as UpsertStart, per key"),
-    "PutEnd": (_ONLY_UNSENT, "a repeat of a completed end answers an error for a success"),
-    "BatchPutEnd": (_ONLY_UNSENT, "as PutEnd, per key"),
-    "PutRevoke": (_ONLY_UNSENT, "a repeat of a completed revoke answers an error"),
-    "BatchPutRevoke": (_ONLY_UNSENT, "as PutRevoke, per key"),
+    "PutEnd": (
+        _IDEMPOTENT,
+        "its write id makes a repeat safe: OK again for the write it ended, INVALID_WRITE "
+        "rather than ending a later write of the key",
+    ),
+    "BatchPutEnd": (_IDEMPOTENT, "as PutEnd, per key"),
+    "PutRevoke": (
+        _IDEMPOTENT,
+        "its write id makes a repeat change nothing: it finds nothing of that write in flight",
+    ),
+    "BatchPutRevoke": (_IDEMPOTENT, "as PutRevoke, per key"),
     # -- removals
     "Remove": (_ONLY_UNSENT, "a repeat answers OBJECT_NOT_FOUND for a removal that worked"),
     "BatchRemove": (_ONLY_UNSENT, "as Remove, per key"),

@@ -25,6 +25,7 @@ from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.errors import ErrorCode, UnavailableError
 from mooncake_py.ha_names import DEFAULT_CLUSTER_ID, leader_key
 from mooncake_py.testing import InProcessMaster, MasterProcess, wait_until
+from mooncake_py.types import ReplicateConfig, SegmentInfo
 from tests.conftest import ClientProcess
 from tests.etcd_server import EtcdCluster, EtcdServer, free_ports
 
@@ -111,10 +112,33 @@ def _store(address: str) -> MooncakeDistributedStore:
 def test_every_rpc_has_a_retry_rule_with_a_reason() -> None:
     assert set(RETRY_POLICY) == set(RPCS)
     assert all(reason for _, reason in RETRY_POLICY.values())
-    for name in ("PutStart", "PutEnd", "PutRevoke", "Remove", "BatchRemove", "AttachKvSession"):
+    for name in ("PutStart", "UpsertStart", "Remove", "BatchRemove", "AttachKvSession"):
         assert RETRY_POLICY[name][0] is False, name
     for name in ("Ping", "GetReplicaList", "ExistKey", "ListSegments", "ReMountSegment"):
         assert RETRY_POLICY[name][0] is True, name
+    for name in ("PutEnd", "BatchPutEnd", "PutRevoke", "BatchPutRevoke"):
+        assert RETRY_POLICY[name][0] is True, name
+
+
+def test_write_ids_make_ending_a_write_safe_to_repeat(master: InProcessMaster) -> None:
+    """What the retry table relies on for PutEnd and PutRevoke: a repeat of an end answers
+    OK again, a late repeat never ends a later write of the key, and a repeated revoke
+    changes nothing."""
+    service = master.service
+    info = SegmentInfo(id="seg", name="n", base=4096, size=1 << 20, te_endpoint="127.0.0.1:1")
+    assert service.mount_segment("c", info) == 0
+    first = service.upsert_start("c", "", "k", 100, ReplicateConfig())
+    assert service.put_end("c", "", "k", first.write_id) == 0
+    assert service.put_end("c", "", "k", first.write_id) == 0  # the repeat
+    later = service.upsert_start("c", "", "k", 200, ReplicateConfig())
+    assert later.code == 0
+    assert service.put_end("c", "", "k", first.write_id) != 0  # not the later write's end
+    assert service.object_of("", "k").is_writing()  # type: ignore[union-attr]
+    assert service.put_revoke("c", "", "k", later.write_id) == 0
+    before = service.stats()
+    assert service.put_revoke("c", "", "k", later.write_id) != 0  # the repeat: no change
+    assert service.stats() == before
+    service.check()
 
 
 @pytest.mark.timeout(120)
