@@ -9,15 +9,16 @@ it may depends on one question: could a repeat change the outcome?
   them twice leaves the store as sending them once would (reads, probes, listings, pings,
   mounts that answer OK for what is already there), or at worst leaves a read lease or an
   existence hold that lapses at its TTL.
-- **Retried only when the request provably never reached a master**: every other RPC (writes,
-  removals, session changes, task steps). Proof is a connection that could not be made
+- **Retried only when the request provably never reached a master**: every other RPC
+  (removals, session changes, task steps). Writes are not among them: a write start carries
+  the client's attempt id and PutEnd / PutRevoke its write id, so a repeat finds what the
+  lost first attempt did. Proof is a connection that could not be made
   (gRPC's "failed to connect to all addresses" or a refused connection; a refused connect on
   the stream channel; a channel a reconnect closed before the call used it):
   :class:`MasterNotReachedError`. Any other failure (a reset,
   an end of stream, a timeout after the request went out) leaves unknown whether the master
-  ran it, so it surfaces as before: repeating a ``PutStart`` whose answer was lost would find
-  the key being written, a repeated ``Remove`` would answer OBJECT_NOT_FOUND for a removal
-  that succeeded.
+  ran it, so it surfaces as before: a repeated ``Remove`` would answer OBJECT_NOT_FOUND for a
+  removal that succeeded.
 
 Between attempts :meth:`LeaderFollower.follow` re-reads the leader key: when it names another
 master the client switches its gRPC and stream channels there at once; when it still names the
@@ -96,19 +97,18 @@ RETRY_POLICY: dict[str, tuple[bool, str]] = {
     "ListKvSessionKeys": (_IDEMPOTENT, "a read of one page, named by its cursor"),
     "ListKvSessions": (_IDEMPOTENT, "a read of one page, named by its cursor"),
     "QueryTask": (_IDEMPOTENT, "a read"),
-    # -- writes: a repeat finds the state the lost first attempt left
+    # -- writes: ids make a repeat find what the lost first attempt did
     "PutStart": (
-        _ONLY_UNSENT,
-        "a repeat finds the key being written by the lost first attempt (OBJECT_ALREADY_EXISTS "
-        "until that reservation is discarded)",
+        _IDEMPOTENT,
+        "its attempt id makes a repeat answer the write the first attempt started",
     ),
-    "BatchPutStart": (_ONLY_UNSENT, "as PutStart, per key"),
-    "PutStartWithKvSessions": (_ONLY_UNSENT, "as PutStart"),
-    "BatchPutStartWithKvSessions": (_ONLY_UNSENT, "as PutStart, per key"),
-    "UpsertStart": (_ONLY_UNSENT, "a repeat preempts the first attempt's write"),
-    "BatchUpsertStart": (_ONLY_UNSENT, "as UpsertStart, per key"),
-    "UpsertStartWithKvSessions": (_ONLY_UNSENT, "as UpsertStart"),
-    "BatchUpsertStartWithKvSessions": (_ONLY_UNSENT, "as UpsertStart, per key"),
+    "BatchPutStart": (_IDEMPOTENT, "as PutStart, per key"),
+    "PutStartWithKvSessions": (_IDEMPOTENT, "as PutStart (the tags were added once)"),
+    "BatchPutStartWithKvSessions": (_IDEMPOTENT, "as PutStart, per key"),
+    "UpsertStart": (_IDEMPOTENT, "as PutStart: a repeat does not preempt its own write"),
+    "BatchUpsertStart": (_IDEMPOTENT, "as UpsertStart, per key"),
+    "UpsertStartWithKvSessions": (_IDEMPOTENT, "as UpsertStart"),
+    "BatchUpsertStartWithKvSessions": (_IDEMPOTENT, "as UpsertStart, per key"),
     "PutEnd": (
         _IDEMPOTENT,
         "its write id makes a repeat safe: OK again for the write it ended, INVALID_WRITE "

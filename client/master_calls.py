@@ -10,6 +10,7 @@ Thread-safety: as the client's (every method is one call).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,14 @@ from mooncake_py.types import (
     SegmentInfo,
     StartTaskResult,
 )
+
+
+def new_attempt_id() -> int:
+    """A fresh id for one write-starting call (never 0): every retry of the call carries it,
+    so the master answers a repeat with the write the first attempt started (see
+    :mod:`.leader_follow`). 63 random bits: ids of different calls do not meet."""
+    return secrets.randbits(63) | 1
+
 
 if TYPE_CHECKING:
 
@@ -111,11 +120,12 @@ class MasterCalls(_Caller):
     def _start_one(
         self, method: str, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
     ) -> PutStartResult:
+        attempt = new_attempt_id()
         if config.kv_sessions is None:
-            return self.call(method, client_id, tenant, key, size, config)
+            return self.call(method, client_id, tenant, key, size, config, attempt)
         if len(config.kv_sessions) != 1:
             return PutStartResult(int(ErrorCode.INVALID_PARAMS))
-        return self.call(f"{method}WithKvSessions", client_id, tenant, key, size, config)
+        return self.call(f"{method}WithKvSessions", client_id, tenant, key, size, config, attempt)
 
     def _start_batch(
         self,
@@ -128,7 +138,7 @@ class MasterCalls(_Caller):
     ) -> list[PutStartResult]:
         if config.kv_sessions is not None:
             method += "WithKvSessions"
-        return self.call(method, client_id, tenant, keys, sizes, config)
+        return self.call(method, client_id, tenant, keys, sizes, config, new_attempt_id())
 
     def put_end(self, client_id: str, tenant: str, key: str, write_id: int) -> int:
         """PutEnd of the write ``write_id`` (what its start answered); returns a code

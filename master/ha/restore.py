@@ -135,6 +135,8 @@ def restore_sliced(
             dropped += 1
         else:
             state.objects.insert(meta)
+            if row.attempt_id and meta.is_writing():
+                state.objects.set_attempt(meta, row.attempt_id)  # a repeat finds its write
             if meta.is_readable() and not meta.hard_pinned:
                 state.policy.on_created(meta.object_id)
             if meta.soft_pin_deadline > now:

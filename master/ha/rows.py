@@ -82,6 +82,7 @@ class RowCapture:
             hard_pinned=meta.hard_pinned,
             soft_pin_deadline_ms=times.to_wall(meta.soft_pin_deadline),
             group_id=meta.group_id,
+            attempt_id=self._state.objects.attempt_of(meta.object_id),
         )
         for replica in meta.replicas:
             row.replicas.add(

@@ -33,7 +33,6 @@ once per slice. Lock order: only this lock exists.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -159,10 +158,16 @@ class MasterService:
     # Write path
 
     def put_start(
-        self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
+        self,
+        client_id: str,
+        tenant: str,
+        key: str,
+        size: int,
+        config: ReplicateConfig,
+        attempt_id: int = 0,
     ) -> PutStartResult:
         """Reserve replicas for a new object; see :meth:`batch_put_start`."""
-        return self.batch_put_start(client_id, tenant, [key], [size], config)[0]
+        return self.batch_put_start(client_id, tenant, [key], [size], config, attempt_id)[0]
 
     def batch_put_start(
         self,
@@ -171,6 +176,7 @@ class MasterService:
         keys: Sequence[str],
         sizes: Sequence[int],
         config: ReplicateConfig,
+        attempt_id: int = 0,
     ) -> list[PutStartResult]:
         """Reserve replicas for each key; the object stays invisible until PutEnd.
 
@@ -179,11 +185,14 @@ class MasterService:
         NO_AVAILABLE_HANDLE when no segment can hold it even after evicting what may be
         evicted; INVALID_PARAMS for a bad key or size. A malformed request (length mismatch,
         ``group_ids`` not one per key, bad config, too many keys) fails every key with
-        INVALID_PARAMS.
+        INVALID_PARAMS. A call repeated with the same non-zero ``attempt_id`` by the same
+        client (its answer was lost) gets, per key, the write the first attempt started.
 
         Complexity: O(keys × placement), plus bounded eviction when memory is full.
         """
-        return drive(self.batch_put_start_sliced(client_id, tenant, keys, sizes, config))
+        return drive(
+            self.batch_put_start_sliced(client_id, tenant, keys, sizes, config, attempt_id)
+        )
 
     def batch_put_start_sliced(
         self,
@@ -192,15 +201,24 @@ class MasterService:
         keys: Sequence[str],
         sizes: Sequence[int],
         config: ReplicateConfig,
+        attempt_id: int = 0,
     ) -> Steps[list[PutStartResult]]:
         """:meth:`batch_put_start` as a sliced operation (a large batch lets others in)."""
-        return (yield from self._start_writes(client_id, tenant, keys, sizes, config, False))
+        return (
+            yield from self._start_writes(client_id, tenant, keys, sizes, config, False, attempt_id)
+        )
 
     def upsert_start(
-        self, client_id: str, tenant: str, key: str, size: int, config: ReplicateConfig
+        self,
+        client_id: str,
+        tenant: str,
+        key: str,
+        size: int,
+        config: ReplicateConfig,
+        attempt_id: int = 0,
     ) -> PutStartResult:
         """Reserve replicas to create or replace one object; see :meth:`batch_upsert_start`."""
-        return self.batch_upsert_start(client_id, tenant, [key], [size], config)[0]
+        return self.batch_upsert_start(client_id, tenant, [key], [size], config, attempt_id)[0]
 
     def batch_upsert_start(
         self,
@@ -209,6 +227,7 @@ class MasterService:
         keys: Sequence[str],
         sizes: Sequence[int],
         config: ReplicateConfig,
+        attempt_id: int = 0,
     ) -> list[PutStartResult]:
         """Create or replace each key (finish with PutEnd / PutRevoke, as for a put).
 
@@ -216,7 +235,9 @@ class MasterService:
         would move an existing object to another group. Readers in flight finish on the old
         bytes (see :mod:`.writes`). An unfinished put or upsert of the key is preempted.
         """
-        return drive(self.batch_upsert_start_sliced(client_id, tenant, keys, sizes, config))
+        return drive(
+            self.batch_upsert_start_sliced(client_id, tenant, keys, sizes, config, attempt_id)
+        )
 
     def batch_upsert_start_sliced(
         self,
@@ -225,9 +246,12 @@ class MasterService:
         keys: Sequence[str],
         sizes: Sequence[int],
         config: ReplicateConfig,
+        attempt_id: int = 0,
     ) -> Steps[list[PutStartResult]]:
         """:meth:`batch_upsert_start` as a sliced operation."""
-        return (yield from self._start_writes(client_id, tenant, keys, sizes, config, True))
+        return (
+            yield from self._start_writes(client_id, tenant, keys, sizes, config, True, attempt_id)
+        )
 
     def _start_writes(
         self,
@@ -237,6 +261,7 @@ class MasterService:
         sizes: Sequence[int],
         config: ReplicateConfig,
         upsert: bool,
+        attempt_id: int,
     ) -> Steps[list[PutStartResult]]:
         invalid = [PutStartResult(ErrorCode.INVALID_PARAMS)] * len(keys)
         resolved = self._resolve_tenant(tenant)
@@ -262,7 +287,9 @@ class MasterService:
                 return PutStartResult(ErrorCode.INVALID_PARAMS)
             group = groups[i] if groups is not None else None
             key_tags = tags[i] if tags is not None else []
-            return start(client_id, scope, key, size, config, group, key_tags, pin, now, upsert)
+            return start(
+                client_id, scope, key, size, config, group, key_tags, pin, now, upsert, attempt_id
+            )
 
         return (yield from map_in_slices(self._lock, keys, self._begin_slice, step))
 
@@ -479,37 +506,12 @@ class MasterService:
         with self._lock:
             if not all_tenants:
                 return tenant_views.stats_of(self._state, self._resolve_tenant(tenant) or "")
-            counters = dataclasses.asdict(self._state.counters)
-            return {
-                "objects": len(self._objects),
-                "segments": len(self._segments.all_segments()),
-                "capacity_bytes": self._segments.capacity_bytes(),
-                "allocated_bytes": self._segments.used_bytes(),
-                "clients": len(self._clients),
-                "active_clients": self._clients.active_count,
-                "preempted_buffers": self._state.preempted_count(),
-                "retired_bytes": self._state.reads.retired_bytes(),
-                **self._state.reads.counts(),
-                "eviction_candidates": len(self._state.policy),
-                "sessions": len(self._state.sessions),
-                "pinned_sessions": self._state.sessions.pinned_count(),
-                "memberships": self._state.sessions.memberships,
-                **counters,
-            }
+            return tenant_views.store_stats(self._state)
 
     def tenant_figures(self) -> dict[str, dict[str, int]]:
-        """Per-tenant figures for labelled gauges: for every tenant that has objects or
-        sessions (effective tenant ids; the default tenant's is ``DEFAULT_TENANT``),
-        ``{"objects", "bytes", "sessions", "pinned_sessions"}`` (ints). ``bytes`` is size x
-        replicas of its objects, counting replicas from PutStart (in flight or written) as the
-        tenant views do. A tenant whose last object and session went is absent.
-
-        Returns:
-            A new dict the caller owns, consistent as of one instant (one hold of the lock).
-
-        Complexity: O(tenants with objects or sessions) under one hold of the lock; never
-        O(objects). Thread-safety: callable from any thread.
-        """
+        """Per-tenant figures for labelled gauges (see :func:`~.tenant_views.tenant_figures`):
+        a new dict, consistent as of one hold of the lock. O(tenants with objects or
+        sessions), never O(objects). Thread-safety: callable from any thread."""
         with self._lock:
             return tenant_views.tenant_figures(self._state)
 

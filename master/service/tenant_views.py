@@ -16,6 +16,8 @@ Thread-safety: none; callers hold the service lock.
 
 from __future__ import annotations
 
+import dataclasses
+
 from mooncake_py._wire.codec import SegmentUsage
 
 from ..state.segments import MountedSegment
@@ -111,3 +113,25 @@ def tenant_figures(state: StoreState) -> dict[str, dict[str, int]]:
         entry["sessions"] = sessions
         entry["pinned_sessions"] = pinned
     return figures
+
+
+def store_stats(state: StoreState) -> dict[str, int]:
+    """The store-wide counts and bytes of ``MasterService.stats`` (every figure a kept
+    counter: O(segments)). The caller holds the service lock."""
+    segments, clients = state.segments, state.clients
+    return {
+        "objects": len(state.objects),
+        "segments": len(segments.all_segments()),
+        "capacity_bytes": segments.capacity_bytes(),
+        "allocated_bytes": segments.used_bytes(),
+        "clients": len(clients),
+        "active_clients": clients.active_count,
+        "preempted_buffers": state.preempted_count(),
+        "retired_bytes": state.reads.retired_bytes(),
+        **state.reads.counts(),
+        "eviction_candidates": len(state.policy),
+        "sessions": len(state.sessions),
+        "pinned_sessions": state.sessions.pinned_count(),
+        "memberships": state.sessions.memberships,
+        **dataclasses.asdict(state.counters),
+    }

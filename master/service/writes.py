@@ -96,8 +96,15 @@ class WritePath:
         pin: PendingSoftPin,
         now: float,
         upsert: bool,
+        attempt_id: int = 0,
     ) -> PutStartResult:
         """Start one put (or upsert, when ``upsert``) of a validated key and size.
+
+        A non-zero ``attempt_id`` names the client's call: a repeat of it (same client, same
+        id) while the write it started is in flight answers that write again (its replicas
+        and write id) instead of OBJECT_ALREADY_EXISTS or preempting it, so a client may
+        repeat a start whose answer it lost (a failover); PutEnd and PutRevoke name the
+        write by its id, so they are safe to repeat as well.
 
         With ``tags`` (KV session ids), the write is admitted first: the memberships it would
         add must stay within the session limits, or it answers that code (INVALID_PARAMS for a
@@ -120,6 +127,10 @@ class WritePath:
         client_id, tenant = sys.intern(client_id), sys.intern(tenant)
         if group_id:
             group_id = sys.intern(group_id)
+        if attempt_id:
+            repeated = self._repeated_start(client_id, tenant, key, attempt_id)
+            if repeated is not None:
+                return repeated
         sessions = self._state.sessions
         if tags:
             existing = self._state.objects.get((tenant, key))
@@ -142,7 +153,29 @@ class WritePath:
                     sessions.add(meta, tags, now)
         finally:
             sessions.release_hold(held)
+        if attempt_id and result.code == ErrorCode.OK:
+            started = self._state.objects.get((tenant, key))
+            if started is not None:
+                self._state.objects.set_attempt(started, attempt_id)
         return result
+
+    def _repeated_start(
+        self, client_id: str, tenant: str, key: str, attempt_id: int
+    ) -> PutStartResult | None:
+        """The answer to a repeat of the start call ``attempt_id`` of ``client_id`` whose write
+        is still in flight, or None when this is no such repeat. O(replicas)."""
+        objects = self._state.objects
+        meta = objects.get((tenant, key))
+        if (
+            meta is None
+            or meta.client_id != client_id
+            or objects.attempt_of(meta.object_id) != attempt_id
+            or not meta.is_writing()
+        ):
+            return None
+        describe = self._state.describe
+        replicas = tuple(describe(meta, r, WRITE) for r in meta.processing_replicas())
+        return PutStartResult(ErrorCode.OK, replicas, meta.write_id)
 
     def put_start(
         self,

@@ -197,6 +197,9 @@ class ObjectTable:
         self.tallies = TenantTallies()
         # Told of every object whose image changes, when the metadata is replicated.
         self.journal: Journal | None = None
+        # The client's attempt id of each write in flight that named one (a repeat of that
+        # call gets the same write); entries go when the write stops being in flight.
+        self._attempts: dict[ObjectId, int] = {}
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -238,6 +241,7 @@ class ObjectTable:
         if meta is None:
             return None
         self._processing.pop(object_id, None)
+        self._attempts.pop(object_id, None)
         for replica in meta.replicas:
             self._unindex_segment(replica.segment_id, object_id)
         self.tallies.on_erased(meta)
@@ -309,8 +313,22 @@ class ObjectTable:
         # ``readable`` was exact before: a COMPLETE replica now is an old one or a flipped one.
         meta.readable = meta.readable or flipped
         self._processing.pop(meta.object_id, None)
+        self._attempts.pop(meta.object_id, None)
         if self.journal is not None:
             self.journal.object(meta.object_id)
+
+    def attempt_of(self, object_id: ObjectId) -> int:
+        """The attempt id of the call that started the object's write in flight (0: none or
+        not named). O(1)."""
+        return self._attempts.get(object_id, 0)
+
+    def set_attempt(self, meta: ObjectMetadata, attempt_id: int) -> None:
+        """Remember the attempt id of the call that started ``meta``'s write in flight (the
+        caller checked it is in flight). O(1)."""
+        if attempt_id:
+            self._attempts[meta.object_id] = attempt_id
+            if self.journal is not None:
+                self.journal.object(meta.object_id)
 
     def group_members(self, tenant: str, group_id: str) -> list[ObjectMetadata]:
         """Current members of a group. O(members)."""
@@ -340,6 +358,7 @@ class ObjectTable:
                 self._processing[meta.object_id] = meta.put_start_time
         else:
             self._processing.pop(meta.object_id, None)
+            self._attempts.pop(meta.object_id, None)
 
     def _unindex_segment(self, segment_id: str, object_id: ObjectId) -> None:
         holders = self._by_segment.get(segment_id)
@@ -381,4 +400,6 @@ class ObjectTable:
             raise AssertionError("group index disagrees with objects")
         if set(self._processing) != expected_processing:
             raise AssertionError("processing index disagrees with replica states")
+        if not set(self._attempts) <= expected_processing:
+            raise AssertionError("an attempt id outlived its write")
         self.tallies.check(self._objects.values())

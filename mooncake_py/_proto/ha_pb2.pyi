@@ -21,7 +21,7 @@ class ReplicaRow(_message.Message):
     def __init__(self, id: _Optional[int] = ..., segment_id: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., status: _Optional[int] = ...) -> None: ...
 
 class ObjectRow(_message.Message):
-    __slots__ = ("tenant", "key", "size", "client_id", "put_start_ms", "replicas", "data_type", "write_id", "hard_pinned", "soft_pin_deadline_ms", "has_pending_pin", "pending_pin_action", "pending_pin_ttl_ms", "group_id")
+    __slots__ = ("tenant", "key", "size", "client_id", "put_start_ms", "replicas", "data_type", "write_id", "hard_pinned", "soft_pin_deadline_ms", "has_pending_pin", "pending_pin_action", "pending_pin_ttl_ms", "group_id", "attempt_id")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class ObjectRow(_message.Message):
     PENDING_PIN_ACTION_FIELD_NUMBER: _ClassVar[int]
     PENDING_PIN_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     key: str
     size: int
@@ -50,7 +51,8 @@ class ObjectRow(_message.Message):
     pending_pin_action: int
     pending_pin_ttl_ms: int
     group_id: str
-    def __init__(self, tenant: _Optional[str] = ..., key: _Optional[str] = ..., size: _Optional[int] = ..., client_id: _Optional[str] = ..., put_start_ms: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaRow, _Mapping]]] = ..., data_type: _Optional[int] = ..., write_id: _Optional[int] = ..., hard_pinned: _Optional[bool] = ..., soft_pin_deadline_ms: _Optional[int] = ..., has_pending_pin: _Optional[bool] = ..., pending_pin_action: _Optional[int] = ..., pending_pin_ttl_ms: _Optional[int] = ..., group_id: _Optional[str] = ...) -> None: ...
+    attempt_id: int
+    def __init__(self, tenant: _Optional[str] = ..., key: _Optional[str] = ..., size: _Optional[int] = ..., client_id: _Optional[str] = ..., put_start_ms: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaRow, _Mapping]]] = ..., data_type: _Optional[int] = ..., write_id: _Optional[int] = ..., hard_pinned: _Optional[bool] = ..., soft_pin_deadline_ms: _Optional[int] = ..., has_pending_pin: _Optional[bool] = ..., pending_pin_action: _Optional[int] = ..., pending_pin_ttl_ms: _Optional[int] = ..., group_id: _Optional[str] = ..., attempt_id: _Optional[int] = ...) -> None: ...
 
 class MembershipRow(_message.Message):
     __slots__ = ("tenant", "key", "session_id", "present")

@@ -181,18 +181,20 @@ class ServiceReadyResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., version: _Optional[str] = ..., fast_port: _Optional[int] = ...) -> None: ...
 
 class PutStartRequest(_message.Message):
-    __slots__ = ("client_id", "key", "value_length", "config", "tenant_id")
+    __slots__ = ("client_id", "key", "value_length", "config", "tenant_id", "attempt_id")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     VALUE_LENGTH_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     key: str
     value_length: int
     config: ReplicateConfig
     tenant_id: str
-    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., value_length: _Optional[int] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+    attempt_id: int
+    def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., value_length: _Optional[int] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ..., attempt_id: _Optional[int] = ...) -> None: ...
 
 class PutStartResponse(_message.Message):
     __slots__ = ("code", "replicas", "write_id")
@@ -205,18 +207,20 @@ class PutStartResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ..., write_id: _Optional[int] = ...) -> None: ...
 
 class BatchPutStartRequest(_message.Message):
-    __slots__ = ("client_id", "keys", "value_lengths", "config", "tenant_id")
+    __slots__ = ("client_id", "keys", "value_lengths", "config", "tenant_id", "attempt_id")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     VALUE_LENGTHS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     keys: _containers.RepeatedScalarFieldContainer[str]
     value_lengths: _containers.RepeatedScalarFieldContainer[int]
     config: ReplicateConfig
     tenant_id: str
-    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., value_lengths: _Optional[_Iterable[int]] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+    attempt_id: int
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., value_lengths: _Optional[_Iterable[int]] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ..., attempt_id: _Optional[int] = ...) -> None: ...
 
 class BatchPutStartResponse(_message.Message):
     __slots__ = ("results",)

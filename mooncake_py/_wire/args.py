@@ -174,30 +174,34 @@ class Tagged:
     """A tagged write: the untagged request under ``put`` plus KV session tags.
 
     The tags travel in ``kv_sessions`` (one ``KvSessionTags`` for a single write, one per key
-    for a batch) and reach the target as the ``kv_sessions`` of its config argument, the last
-    one. Encoding requires ``config.kv_sessions`` set (exactly one entry for a single write).
+    for a batch) and reach the target as the ``kv_sessions`` of its config argument (the
+    ``Field`` named ``config``). Encoding requires ``config.kv_sessions`` set (exactly one
+    entry for a single write).
     """
 
     def __init__(self, put: Fields, batch: bool) -> None:
         self.put = put
         self.batch = batch
+        names = [s.name if isinstance(s, Field) else s for s in put.specs]
+        self.config_at = names.index("config")
 
     def compile(self, request_type: Any) -> ArgsCodec:
         """The codec for ``request_type`` (a ``*WithKvSessionsRequest``)."""
         put_type = getattr(pb, request_type.DESCRIPTOR.fields_by_name["put"].message_type.name)
         put = self.put.compile(put_type)
         batch = self.batch
+        at = self.config_at
 
         def decode(request: Any) -> Sequence[Any]:
             args = put.decode(request.put)
             tags = request.kv_sessions
-            args[-1].kv_sessions = (
+            args[at].kv_sessions = (
                 [list(t.session_ids) for t in tags] if batch else [list(tags.session_ids)]
             )
             return args
 
         def encode(*args: Any) -> Any:
-            sessions = args[-1].kv_sessions
+            sessions = args[at].kv_sessions
             tags: Any = (
                 [pb.KvSessionTags(session_ids=ids) for ids in sessions]
                 if batch

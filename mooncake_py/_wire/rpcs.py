@@ -186,8 +186,10 @@ TASK_IDS = Result(pb.FetchTasksResponse, codec.encode_task_ids, codec.decode_tas
 TASK_START = Result(pb.StartTaskResponse, codec.encode_start_task, codec.decode_start_task)
 
 CONFIG = Field("config", codec.decode_config, codec.encode_config)
-PUT = Fields("client_id", "tenant_id", "key", "value_length", CONFIG)
-BATCH_PUT = Fields("client_id", "tenant_id", "keys", "value_lengths", CONFIG)
+PUT = Fields("client_id", "tenant_id", "key", "value_length", CONFIG, "attempt_id", defaults=(0,))
+BATCH_PUT = Fields(
+    "client_id", "tenant_id", "keys", "value_lengths", CONFIG, "attempt_id", defaults=(0,)
+)
 SESSION_ID = Fields("tenant_id", "session_id")
 WRITE = Fields("client_id", "tenant_id", "key", "write_id")
 BATCH_WRITE = Fields("client_id", "tenant_id", "keys", "write_ids")

@@ -112,11 +112,11 @@ def _store(address: str) -> MooncakeDistributedStore:
 def test_every_rpc_has_a_retry_rule_with_a_reason() -> None:
     assert set(RETRY_POLICY) == set(RPCS)
     assert all(reason for _, reason in RETRY_POLICY.values())
-    for name in ("PutStart", "UpsertStart", "Remove", "BatchRemove", "AttachKvSession"):
+    for name in ("Remove", "BatchRemove", "AttachKvSession", "CloseKvSession"):
         assert RETRY_POLICY[name][0] is False, name
     for name in ("Ping", "GetReplicaList", "ExistKey", "ListSegments", "ReMountSegment"):
         assert RETRY_POLICY[name][0] is True, name
-    for name in ("PutEnd", "BatchPutEnd", "PutRevoke", "BatchPutRevoke"):
+    for name in ("PutStart", "BatchUpsertStart", "PutEnd", "BatchPutEnd", "PutRevoke"):
         assert RETRY_POLICY[name][0] is True, name
 
 
@@ -138,6 +138,36 @@ def test_write_ids_make_ending_a_write_safe_to_repeat(master: InProcessMaster) -
     before = service.stats()
     assert service.put_revoke("c", "", "k", later.write_id) != 0  # the repeat: no change
     assert service.stats() == before
+    service.check()
+
+
+def test_an_attempt_id_makes_a_repeated_start_find_its_write(master: InProcessMaster) -> None:
+    """What the retry table relies on for PutStart: the same call repeated (same client, same
+    attempt id) while its write is in flight gets that write again; another call of the key
+    is refused as before, and a repeat after the write ended starts nothing."""
+    service = master.service
+    info = SegmentInfo(id="seg", name="n", base=4096, size=1 << 20, te_endpoint="127.0.0.1:1")
+    assert service.mount_segment("c", info) == 0
+    tagged = ReplicateConfig(kv_sessions=[["conv"]])
+    first = service.put_start("c", "", "k", 100, tagged, 41)
+    again = service.put_start("c", "", "k", 100, tagged, 41)
+    assert first.code == again.code == 0
+    assert again.write_id == first.write_id
+    assert [(r.segment_id, r.offset) for r in again.replicas] == [
+        (r.segment_id, r.offset) for r in first.replicas
+    ]
+    used = service.stats()["allocated_bytes"]
+    assert service.put_start("c", "", "k", 100, tagged, 42).code != 0  # another call
+    assert service.put_start("other", "", "k", 100, tagged, 41).code != 0  # another client
+    assert service.upsert_start("c", "", "k", 100, tagged, 41).write_id == first.write_id
+    assert service.stats()["allocated_bytes"] == used  # nothing reserved twice
+    assert service.put_end("c", "", "k", first.write_id) == 0
+    assert service.put_start("c", "", "k", 100, tagged, 41).code != 0  # ended: exists
+    batch = service.batch_put_start("c", "", ["a", "b"], [10, 20], ReplicateConfig(), 7)
+    repeat = service.batch_put_start("c", "", ["a", "b"], [10, 20], ReplicateConfig(), 7)
+    assert [r.write_id for r in repeat] == [r.write_id for r in batch]
+    code, session = service.sessions.get_kv_session("", "conv")
+    assert code == 0 and session is not None and session.member_count == 1
     service.check()
 
 

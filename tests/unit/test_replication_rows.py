@@ -112,7 +112,12 @@ def random_calls(leader: Leader, rng: random.Random, steps: int) -> None:
                 kv_sessions=tags, with_hard_pin=rng.random() < 0.05, **(pinning if pin else {})
             )
             start = (service.upsert_start if rng.random() < 0.3 else service.put_start)(
-                client, tenant, key, rng.choice((100, 4 * KIB, 9 * KIB)), config
+                client,
+                tenant,
+                key,
+                rng.choice((100, 4 * KIB, 9 * KIB)),
+                config,
+                rng.choice((0, rng.randrange(1, 1 << 62))),
             )
             if start.code == ErrorCode.OK:
                 if rng.random() < 0.8:
