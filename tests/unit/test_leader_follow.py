@@ -55,7 +55,7 @@ def test_only_a_failed_connect_proves_a_request_was_never_sent() -> None:
 
 def test_unknown_rpcs_are_not_retried_after_they_may_have_run() -> None:
     assert retried_on_any_failure("GetReplicaList")
-    assert not retried_on_any_failure("PutStart")
+    assert not retried_on_any_failure("Remove")
     assert not retried_on_any_failure("SomeFutureRpc")
 
 
