@@ -170,7 +170,7 @@ def test_every_put_acknowledged_before_a_kill_survives_it(
         answer = json.loads(writer.stdout.readline())
         assert answer["ok"], answer
         acked = answer["result"]
-        assert len(acked) > 300
+        assert len(acked) >= 300  # more than 300 objects existed, at most one of them in flight
         master = MasterProcess(args).start()
         sizes = [2048] * len(acked)
         wait_until(
