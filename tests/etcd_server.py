@@ -30,6 +30,8 @@ from types import TracebackType
 
 import pytest
 
+from mooncake_py.client.leader_discovery import LeaderDiscovery
+
 ETCD_BINARY = os.environ.get("MOONCAKE_PY_ETCD", "/usr/bin/etcd")
 READY_TIMEOUT_S = 15.0
 """How long a member may take to answer ``/health``; a generous bound for loaded CI hosts."""
@@ -305,3 +307,19 @@ class EtcdCluster:
     ) -> None:
         with contextlib.suppress(OSError):
             self.close()
+
+
+def leader_address(endpoints: str, cluster_id: str) -> str:
+    """The leader's ``host:port`` now ("" while no master leads), read as a client reads it
+    (:class:`~mooncake_py.client.leader_discovery.LeaderDiscovery`) from ``endpoints``
+    (``h:p[;h:p]``).
+
+    Raises:
+        UnavailableError: no endpoint answered.
+    """
+    discovery = LeaderDiscovery(f"etcd://{endpoints}", cluster_id)
+    try:
+        view = discovery.read_current_view()
+    finally:
+        discovery.close()
+    return view.leader_address if view is not None else ""

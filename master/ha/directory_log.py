@@ -105,7 +105,8 @@ class DirectoryLogStore:
 
     def _open_tail(self) -> int:
         """The last intact seq; a torn tail of the newest file is cut off."""
-        last = self._snapshot_seqs()[-1] if self._snapshot_seqs() else 0
+        snapshots = self._snapshot_seqs()
+        last = snapshots[-1] if snapshots else 0
         files = self._log_files()
         if files:
             records, intact = self._scan(files[-1][1])

@@ -99,7 +99,7 @@ def restore_sliced(
     yield None
     # Which replica holds which range: a range claimed twice (a damaged or torn log) goes to
     # the first claim in offset order, and the later claimant loses that replica.
-    claims: dict[str, list[tuple[int, int, int]]] = {sid: [] for sid in allocators}
+    claims: dict[str, list[tuple[int, int, tuple[int, int]]]] = {sid: [] for sid in allocators}
     rows = list(image.objects.values())
     for index, row in enumerate(rows):
         for position, r in enumerate(row.replicas):
@@ -108,10 +108,10 @@ def restore_sliced(
                 continue
             size = image.ranges.get(r.segment_id, {}).get(r.offset) or allocator.rounded(r.size)
             if r.size <= size:
-                claims[r.segment_id].append((r.offset, size, index * 65536 + position))
+                claims[r.segment_id].append((r.offset, size, (index, position)))
         if index % OBJECTS_PER_STEP == OBJECTS_PER_STEP - 1:
             yield None
-    accepted: set[int] = set()
+    accepted: set[tuple[int, int]] = set()
     quarantined = 0
     until_ms = times.wall_ms + round(quarantine_s * 1000)
     holds = state.segments.grant_holds
@@ -151,11 +151,11 @@ def restore_sliced(
 
 
 def _without_overlaps(
-    claims: list[tuple[int, int, int]], capacity: int
-) -> list[tuple[int, int, int]]:
-    """``claims`` (offset, size, owner) sorted by offset, without those that overlap an
-    earlier one or end past ``capacity``. O(claims)."""
-    kept: list[tuple[int, int, int]] = []
+    claims: list[tuple[int, int, tuple[int, int]]], capacity: int
+) -> list[tuple[int, int, tuple[int, int]]]:
+    """``claims`` (offset, size, (object index, replica position)) sorted by offset, without
+    those that overlap an earlier one or end past ``capacity``. O(claims)."""
+    kept: list[tuple[int, int, tuple[int, int]]] = []
     end = 0
     for offset, size, owner in claims:
         if offset < end or offset + size > capacity:
@@ -213,12 +213,12 @@ def _info_of(row: SegmentRow) -> SegmentInfo:
 
 
 def _object_of(
-    row: ObjectRow, times: TimeBase, index: int, accepted: set[int]
+    row: ObjectRow, times: TimeBase, index: int, accepted: set[tuple[int, int]]
 ) -> ObjectMetadata | None:
     replicas = [
         Replica(r.id, r.segment_id, r.offset, r.size, ReplicaStatus(r.status))
         for position, r in enumerate(row.replicas)
-        if index * 65536 + position in accepted
+        if (index, position) in accepted
     ]
     if not replicas:
         return None

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from mooncake_py import MooncakeDistributedStore
-from mooncake_py.ha_names import leader_key
+from mooncake_py.ha_names import DEFAULT_CLUSTER_ID
 from mooncake_py.master.server import free_port
 from mooncake_py.testing import MasterProcess
 
@@ -43,16 +43,11 @@ SEGMENT = 512 << 20
 MODES = ("memory", "snapshot", "ha")
 
 
-def read_leader(endpoint: str, cluster_id: str = "mooncake_cluster") -> str:
-    """The leader key's value now ("" when there is none), by a plain etcd Range."""
-    import grpc
-    from aetcd.rpc import rpc_pb2, rpc_pb2_grpc
+def read_leader(endpoint: str, cluster_id: str = DEFAULT_CLUSTER_ID) -> str:
+    """The leader key's value now ("" when there is none)."""
+    from tests.etcd_server import leader_address
 
-    with grpc.insecure_channel(endpoint) as channel:
-        answer = rpc_pb2_grpc.KVStub(channel).Range(
-            rpc_pb2.RangeRequest(key=leader_key(cluster_id)), timeout=2
-        )
-    return answer.kvs[0].value.decode() if answer.kvs else ""
+    return leader_address(endpoint, cluster_id)
 
 
 @contextmanager

@@ -16,14 +16,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 
-import grpc
 import pytest
-from aetcd.rpc import rpc_pb2, rpc_pb2_grpc
 
-from mooncake_py.ha_names import leader_key
 from mooncake_py.master.server import free_port
 from mooncake_py.testing import MasterProcess, wait_until
-from tests.etcd_server import EtcdServer
+from tests.etcd_server import EtcdServer, leader_address
 from tests.integration.test_metadata_restart import start_worker
 from tests.line_worker import call_worker
 
@@ -32,11 +29,7 @@ CLUSTER = "failover"
 
 
 def read_leader(etcd: EtcdServer) -> str:
-    with grpc.insecure_channel(etcd.endpoint) as channel:
-        answer = rpc_pb2_grpc.KVStub(channel).Range(
-            rpc_pb2.RangeRequest(key=leader_key(CLUSTER)), timeout=2
-        )
-    return answer.kvs[0].value.decode() if answer.kvs else ""
+    return leader_address(etcd.endpoint, CLUSTER)
 
 
 def start_master(etcd: EtcdServer, port: int = 0) -> MasterProcess:

@@ -23,12 +23,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import grpc
 import pytest
-from aetcd.rpc import rpc_pb2, rpc_pb2_grpc
 
-from mooncake_py.ha_names import leader_key
+from mooncake_py.errors import UnavailableError
 from mooncake_py.testing import MasterProcess, wait_until
+from tests.etcd_server import leader_address
 from tests.integration.test_ha_failover import answer, send
 from tests.integration.test_metadata_restart import start_worker
 from tests.line_worker import call_worker
@@ -167,25 +166,14 @@ def hosts() -> Iterator[Hosts]:
 def _healthy(net: Hosts) -> bool:
     try:
         _read_leader(net, range(HOSTS))
-    except grpc.RpcError:
+    except UnavailableError:
         return False
     return True
 
 
 def _read_leader(net: Hosts, members: range | list[int]) -> str:
-    """The leader key's value, read (linearizably) from the first member that answers."""
-    error: grpc.RpcError | None = None
-    for i in members:
-        try:
-            with grpc.insecure_channel(f"{net.ip(i)}:2379") as channel:
-                reply = rpc_pb2_grpc.KVStub(channel).Range(
-                    rpc_pb2.RangeRequest(key=leader_key(CLUSTER)), timeout=1
-                )
-            return reply.kvs[0].value.decode() if reply.kvs else ""
-        except grpc.RpcError as exc:
-            error = exc
-    assert error is not None
-    raise error
+    """The leader key's value, read from the first of ``members`` that answers."""
+    return leader_address(";".join(f"{net.ip(i)}:2379" for i in members), CLUSTER)
 
 
 def _master(net: Hosts, i: int) -> MasterProcess:
