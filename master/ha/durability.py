@@ -123,6 +123,13 @@ def quarantine_seconds(config: MasterConfig) -> float:
     )
 
 
+def read_hold_seconds(config: MasterConfig) -> float:
+    """How long a restored master holds the ranges it frees: the longest a reader of the old
+    leader (its lease, its capability) may still be copying from them. Writers are not
+    concerned: a restored write in flight is ended, revoked or swept as on any master."""
+    return max(config.default_kv_lease_ttl / 1000.0, config.capability_ttl_sec)
+
+
 async def _stop_task(task: asyncio.Task[None], attempts: int = 10) -> None:
     """Cancel ``task`` and wait until it ends, cancelling again if a cancellation is lost
     (Python 3.11's ``wait_for`` can swallow one that arrives as its awaitable completes)."""
@@ -288,7 +295,13 @@ class MetadataDurability:
         election's lease renewals) run between them."""
         context = self._service.context
         times = TimeBase(context.clock(), capability.now_ms())
-        steps = restore_sliced(context.state, image, times, quarantine_seconds(self._config))
+        steps = restore_sliced(
+            context.state,
+            image,
+            times,
+            quarantine_seconds(self._config),
+            read_hold_seconds(self._config),
+        )
         while True:
             with context.lock:
                 report = next(steps)

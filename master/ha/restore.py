@@ -44,10 +44,14 @@ class RestoreReport:
 
 
 def restore_into(
-    state: StoreState, image: RowImage, times: TimeBase, quarantine_s: float
+    state: StoreState,
+    image: RowImage,
+    times: TimeBase,
+    quarantine_s: float,
+    free_hold_s: float | None = None,
 ) -> RestoreReport:
     """:func:`restore_sliced` run to the end at once (tests, small states)."""
-    steps = restore_sliced(state, image, times, quarantine_s)
+    steps = restore_sliced(state, image, times, quarantine_s, free_hold_s)
     while True:
         report = next(steps)
         if report is not None:
@@ -55,7 +59,11 @@ def restore_into(
 
 
 def restore_sliced(
-    state: StoreState, image: RowImage, times: TimeBase, quarantine_s: float
+    state: StoreState,
+    image: RowImage,
+    times: TimeBase,
+    quarantine_s: float,
+    free_hold_s: float | None = None,
 ) -> Iterator[RestoreReport | None]:
     """Rebuild a fresh ``state`` (nothing mounted, no object) from ``image``, in steps: each
     ``next()`` does a bounded part and yields None; the last yields the report.
@@ -65,11 +73,13 @@ def restore_sliced(
     speaks to this master again goes with the owner, its objects with it). Every allocator
     range the leader held is held again; the ranges no restored object owns (reads,
     preempted writes, replica tasks, capability holds in flight on the old leader) are freed
-    ``quarantine_s`` from now, the longest any of those may still touch them, and so is every
-    range freed before then (a reader of the old leader may still be copying an object
-    removed right after the restore). Objects keep their replicas, write ids, pins, group and
-    sessions; a replica on a segment that did not survive, or on a range not held for it, is
-    dropped, an object left without replicas too. The id counters continue after the
+    ``quarantine_s`` from now, the longest any of those may still touch them; a range freed
+    within ``free_hold_s`` (default ``quarantine_s``) is held until then too (a reader of the
+    old leader, whose lease this master does not know, may still be copying an object
+    removed right after the restore: the read lease or capability TTL is enough). Objects
+    keep their replicas, write ids, pins, group and sessions; a replica on a segment that
+    did not survive, or on a range not held for it, is dropped, an object left without
+    replicas too. The id counters continue after the
     leader's. Ranges claimed twice or past a segment's end (a torn flush: some rows of a
     flush stored, the rest not) never stop a restore: the first claim in offset order keeps
     the range, and whatever the old leader held beyond the restored objects' ranges is held
@@ -125,9 +135,10 @@ def restore_sliced(
             holds.hold(segment_id, offset, until_ms)
         quarantined += len(orphans)
         yield None
-    # Every range freed before the quarantine ends is held too (a reader of the old leader
-    # may still be copying an object removed right after the restore).
-    holds.floor_ms = max(holds.floor_ms, until_ms)
+    # Every range freed soon after the restore is held too (a reader of the old leader may
+    # still be copying an object removed right after it).
+    hold_s = quarantine_s if free_hold_s is None else free_hold_s
+    holds.floor_ms = max(holds.floor_ms, times.wall_ms + round(hold_s * 1000))
     restored = dropped = 0
     for index, row in enumerate(rows):
         meta = _object_of(row, times, index, accepted)

@@ -406,3 +406,27 @@ def test_uncovered_ranges_are_exactly_what_no_claim_holds(seed: int) -> None:
     held = {c for c in cells(list(ranges.items())) if c < capacity // 64}
     assert held <= set(kept_cells) | set(piece_cells)
     assert all(o + n <= capacity for o, n in taken + pieces)
+
+
+def test_frees_after_a_restore_are_held_only_for_the_read_horizon() -> None:
+    """Ranges the old leader held for nobody wait out the whole quarantine, but a range the
+    restored master frees waits only as long as an unknown reader may copy from it, then is
+    reusable: memory under pressure comes back after a failover."""
+    leader = Leader(0)
+    mount(leader.service, "c1", 0, size=16 * KIB)
+    first = leader.service.put_start("c1", "", "k", 4 * KIB, ReplicateConfig())
+    assert leader.service.put_end("c1", "", "k", first.write_id) == ErrorCode.OK
+    leader.flush()
+    clock = FakeClock(leader.clock())
+    restored = MasterService(leader.config, clock=clock, rng=random.Random(0))
+    restored.context.state.wall_ms = lambda: WALL0 + round((clock() - T0) * 1000)
+    with restored.context.lock:
+        restore_into(restored.context.state, leader.image, leader.times(), 600.0, 10.0)
+    assert restored.remove("", "k", force=True) == ErrorCode.OK
+    assert restored.stats()["allocated_bytes"] == 4 * KIB  # held for readers of the old leader
+    clock.advance(11.0)
+    restored.sweep_expired_puts(clock())
+    assert restored.stats()["allocated_bytes"] == 0
+    again = restored.put_start("c1", "", "k2", 16 * KIB, ReplicateConfig())
+    assert again.code == ErrorCode.OK  # the whole segment is reusable
+    restored.check()
