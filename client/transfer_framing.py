@@ -17,6 +17,14 @@ a malformed header, an unknown segment or a range outside the segment, ILLEGAL_C
 when the grant does not allow the request (see :mod:`mooncake_py.client.transfer_server`).
 Requests on one connection are answered in order.
 
+A segment may be a disk segment (the owner's disk tier,
+:class:`~mooncake_py.client.disk_store.DiskStore`): requests name it and its offsets exactly
+as for a memory segment (a disk replica's offset, plus k for a partial read), under a grant
+for that range. Only READ is served on it: a WRITE gets INVALID_PARAMS (and the connection is
+closed, as after any refused WRITE). A disk READ may also fail with INVALID_PARAMS (the range
+is not inside one object), FILE_NOT_FOUND (-1100: the object is gone) or FILE_READ_FAIL
+(-1102: unreadable, torn or corrupt); such an answer carries no payload.
+
 Socket buffers. Every transfer socket (the client's connections and the server's accepted
 ones) asks for ``SO_SNDBUF`` and ``SO_RCVBUF`` of ``SOCKET_BUFFER_BYTES`` (4 MiB; the kernel
 caps the request at ``net.core.wmem_max`` / ``rmem_max``). The environment variable

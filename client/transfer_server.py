@@ -31,6 +31,16 @@ Refusals, checked in this order:
   the segment (such as its size) is looked at;
 - a range outside the segment: INVALID_PARAMS.
 
+Disk segments. A segment may also be a disk tier (:class:`DiskSource`, a
+:class:`~mooncake_py.client.disk_store.DiskStore`): its offsets are the disk segment's virtual
+addresses, one object file each. The checks above run in the same order; then a WRITE is
+refused with INVALID_PARAMS (peers never write disk replicas), and a READ is answered with
+:meth:`DiskSource.read_range`'s bytes or its code as the status: INVALID_PARAMS for a range not
+inside one object, FILE_NOT_FOUND for an object that is gone, FILE_READ_FAIL for one that is
+unreadable, torn or corrupt (it is then quarantined, and not a byte of it is sent). A disk
+READ is read into a fresh buffer on the connection's thread; memory segments are served as
+before, from the mapping, at the cost of one type check per request.
+
 A refused READ is answered with its code and the connection goes on. After a refused WRITE the
 connection is closed without reading the payload: it cannot be trusted, nor told apart from the
 next header. Not a byte of a segment is sent, nor written, for a refused request.
@@ -54,6 +64,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from mooncake_py import capability
 from mooncake_py.errors import ErrorCode
@@ -89,10 +100,20 @@ MAX_CONNECTIONS = 256
 _FLUSH_BYTES = 1024 * 1024
 
 
-SegmentLookup = Callable[[bytes], tuple[memoryview, bytes] | None]
-"""Maps a segment uuid (16 bytes) to a writable view of that segment and its capability key
+class DiskSource(Protocol):
+    """A disk segment's bytes, as a :class:`~mooncake_py.client.disk_store.DiskStore` serves
+    them: called from connection threads, concurrently."""
+
+    def read_range(self, offset: int, length: int) -> memoryview | int:
+        """Bytes ``[offset, offset + length)`` of the disk segment, or a negative code."""
+
+
+SegmentLookup = Callable[[bytes], tuple[memoryview | DiskSource, bytes] | None]
+"""Maps a segment uuid (16 bytes) to that segment's bytes and its capability key
 (:func:`mooncake_py.capability.new_segment_key`, as mounted; empty: the segment serves
-nobody), or None if unknown. Called once per request, from connection threads."""
+nobody), or None if unknown. The bytes are a writable view of a memory segment, or a
+:class:`DiskSource` for a disk segment (served for READ only). Called once per request, from
+connection threads."""
 
 _MODE_OF = {OP_READ: capability.READ, OP_WRITE: capability.WRITE}
 _INVALID = int(ErrorCode.INVALID_PARAMS)
@@ -143,7 +164,7 @@ class TransferServer:
     Args:
         host: address to listen on (a loopback or interface address, never a wildcard by
             default).
-        lookup: finds a segment's memory by uuid.
+        lookup: finds a segment's memory (or disk source) by uuid.
         port: 0 picks a free port; :data:`PICK_FROM_UPSTREAM_PORTS` one of upstream's range.
         socket_buffers: (SO_SNDBUF, SO_RCVBUF) for accepted sockets, None for the kernel's;
             by default what ``MOONCAKE_PY_TCP_SOCKET_BUFFER`` asks for (4 MiB when unset).
@@ -348,8 +369,8 @@ class TransferServer:
         segment_uuid: bytes,
         grant: bytes,
     ) -> memoryview | int:
-        """The segment memory a request may access, or the code refusing it (see the module
-        docstring for the order of the checks)."""
+        """The segment memory a request may access (for a disk segment: the bytes read), or
+        the code refusing it (see the module docstring for the order of the checks)."""
         found = self._lookup(segment_uuid)
         if found is None:
             return _INVALID
@@ -357,9 +378,13 @@ class TransferServer:
         if not grants.allows(key, segment_uuid, grant, offset, length, _MODE_OF[op]):
             log.debug("transfer request refused: no valid capability")
             return _ILLEGAL
-        if offset + length > len(segment):
+        if isinstance(segment, memoryview):
+            if offset + length > len(segment):
+                return _INVALID
+            return segment[offset : offset + length]
+        if op == OP_WRITE:  # disk replicas are written by their owner only, never by peers
             return _INVALID
-        return segment[offset : offset + length]
+        return segment.read_range(offset, length)
 
     def _end(self, conn: _Conn) -> None:
         """Forget a connection whose thread is done with it, and free its slot."""
