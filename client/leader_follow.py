@@ -142,6 +142,10 @@ RETRY_POLICY: dict[str, tuple[bool, str]] = {
     "FetchTasks": (_ONLY_UNSENT, "hands tasks out: a lost answer's tasks would not come again"),
     "StartTask": (_ONLY_UNSENT, "reserves the task's targets"),
     "FinishTask": (_ONLY_UNSENT, "a repeat answers TASK_NOT_FOUND for a finish that worked"),
+    "FetchDiskTasks": (_ONLY_UNSENT, "hands tasks and deletions out, never again"),
+    "FinishDiskTasks": (_ONLY_UNSENT, "a repeat answers TASK_NOT_FOUND for a finish that worked"),
+    "RegisterDiskReplicas": (_ONLY_UNSENT, "a repeat answers OBJECT_ALREADY_EXISTS"),
+    "DropDiskReplicas": (_IDEMPOTENT, "a repeat finds the replicas gone and changes nothing"),
 }
 """Per RPC: (retried on any transport failure, why). An RPC missing here is treated as not
 idempotent (retried only when it never reached a master)."""

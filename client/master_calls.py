@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import (
     ClientStatus,
+    DiskReplicaEntry,
+    DiskTaskBatch,
     KvSessionInfo,
     KvSessionPage,
     ProbeLeaseMode,
@@ -321,6 +323,28 @@ class MasterCalls(_Caller):
     def finish_task(self, client_id: str, task_id: str, succeeded: bool, message: str) -> int:
         """FinishTask: the copy's outcome; 0 or TASK_NOT_FOUND."""
         return self.call("FinishTask", client_id, task_id, succeeded, message)
+
+    def fetch_disk_tasks(self, client_id: str, batch_size: int) -> DiskTaskBatch:
+        """FetchDiskTasks: this client's disk tasks and the files its tiers are to delete."""
+        return self.call("FetchDiskTasks", client_id, batch_size)
+
+    def finish_disk_tasks(
+        self, client_id: str, task_ids: Sequence[int], codes: Sequence[int]
+    ) -> list[int]:
+        """FinishDiskTasks: each task's outcome; per task 0 or TASK_NOT_FOUND."""
+        return self.call("FinishDiskTasks", client_id, task_ids, codes)
+
+    def register_disk_replicas(
+        self, client_id: str, segment_id: str, entries: Sequence[DiskReplicaEntry]
+    ) -> list[int]:
+        """RegisterDiskReplicas: per file found in a disk tier, 0 or why the master refused it."""
+        return self.call("RegisterDiskReplicas", client_id, segment_id, entries)
+
+    def drop_disk_replicas(
+        self, client_id: str, segment_id: str, entries: Sequence[DiskReplicaEntry]
+    ) -> list[int]:
+        """DropDiskReplicas: per damaged file, 0 or OBJECT_NOT_FOUND (nothing to drop)."""
+        return self.call("DropDiskReplicas", client_id, segment_id, entries)
 
     def batch_replica_clear(
         self, client_id: str, tenant: str, keys: Sequence[str], segment_name: str

@@ -148,6 +148,19 @@ class MasterConfig:
     allow_evict_soft_pinned_objects: bool = _opt(
         True, "bool", "Evict soft-pinned objects when nothing else can be evicted."
     )
+    enable_offload: bool = _opt(
+        True,
+        "bool",
+        "Accept the disk tiers clients mount (setup with enable_ssd_offload): an object "
+        "evicted from memory is written to its segment owner's disk tier and stays readable "
+        "from there. False: disk tier mounts are refused and eviction drops objects.",
+    )
+    promotion_on_hit: bool = _opt(
+        True,
+        "bool",
+        "Copy an object read from a disk tier back into its owner's memory segment when that "
+        "has room below the eviction watermark.",
+    )
     capability_ttl_sec: float = _opt(
         60.0,
         "seconds",

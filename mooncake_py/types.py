@@ -291,7 +291,9 @@ class ReleaseResult:
     Attributes:
         sessions: sessions released (closed).
         released_objects: objects removed.
-        freed_bytes: bytes returned to the allocators by the call.
+        freed_bytes: memory bytes returned to the allocators by the call.
+        freed_disk_bytes: disk tier bytes the call freed (their files are deleted by the
+            tiers' owners).
         pending_bytes: bytes of removed objects still under a read lease, returned when it ends.
         kept_shared: objects kept because another session still holds them.
         kept_hard_pinned: objects kept because they are hard pinned.
@@ -311,6 +313,7 @@ class ReleaseResult:
     kept_leased: int = 0
     kept_writing: int = 0
     kept_pinned: int = 0
+    freed_disk_bytes: int = 0
     message: str = ""
 
     def __add__(self, other: ReleaseResult) -> ReleaseResult:
@@ -346,6 +349,9 @@ class SegmentInfo:
             tenant's objects may be placed there, otherwise only its owner tenant's.
         capability_key: the secret the owner and the master share for this segment
             (:mod:`mooncake_py.capability`); never shown or sent back by the master.
+        disk: a disk tier rather than memory (:mod:`mooncake_py.master.state.disk_tier`):
+            ``size`` is its quota, its offsets a virtual address space (each disk replica a
+            range of its own, never reused) and ``base`` is meaningless.
     """
 
     id: str
@@ -357,13 +363,15 @@ class SegmentInfo:
     host_id: str = ""
     shared: bool = False
     capability_key: bytes = dataclasses.field(default=b"", repr=False)
+    disk: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class ReplicaDescriptor:
     """Where one replica's bytes live: ``size`` bytes at ``offset`` in segment ``segment_id``,
     and the ``capability`` (:mod:`mooncake_py.capability`) the segment's owner asks for before
-    it serves them (empty when the master handed none: descriptors for display)."""
+    it serves them (empty when the master handed none: descriptors for display). ``disk``: the
+    replica is in its owner's disk tier, read through the owner's transfer service."""
 
     id: int
     status: ReplicaStatus
@@ -374,16 +382,20 @@ class ReplicaDescriptor:
     te_endpoint: str
     host_id: str
     capability: bytes = dataclasses.field(default=b"", repr=False)
+    disk: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class PutStartResult:
     """Outcome of PutStart for one key: a code and, on success, where to write and the
-    write's id (PutEnd / PutRevoke name it, and act on this write only)."""
+    write's id (PutEnd / PutRevoke name it, and act on this write only). With
+    NO_AVAILABLE_HANDLE, ``retry_after_ms`` > 0 says memory is being made (objects are being
+    written to a disk tier) and a retry after that long may find room."""
 
     code: int
     replicas: tuple[ReplicaDescriptor, ...] = ()
     write_id: int = 0
+    retry_after_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -477,3 +489,56 @@ def task_id_text(halves: tuple[int, int]) -> str:
     if not (0 <= high < 1 << 64 and 0 <= low < 1 << 64):
         raise ValueError("task id halves must be two 64-bit unsigned ints")
     return str(uuid.UUID(int=(high << 64) | low))
+
+
+class DiskTaskKind(enum.IntEnum):
+    """What a disk task asks of a disk tier's owner."""
+
+    SPILL = 1
+    """Copy a memory replica of the owner's segment into a file of its disk tier."""
+    PROMOTE = 2
+    """Copy a file of the owner's disk tier into a memory range reserved in its segment."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DiskTask:
+    """One spill or promotion the master assigned to a disk tier's owner.
+
+    Attributes:
+        task_id: names the task in FinishDiskTasks.
+        kind: :class:`DiskTaskKind`.
+        tenant, key: the object (the file's header records them).
+        size: the object's bytes.
+        memory_segment_id, memory_offset: the memory range (the source of a spill, the reserved
+            target of a promotion), in the owner's own segment.
+        disk_segment_id, disk_offset: the disk replica's range (its file's name).
+    """
+
+    task_id: int
+    kind: DiskTaskKind
+    tenant: str
+    key: str
+    size: int
+    memory_segment_id: str
+    memory_offset: int
+    disk_segment_id: str
+    disk_offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DiskTaskBatch:
+    """What FetchDiskTasks hands a disk tier's owner: tasks to run, and the offsets of files
+    to delete per disk segment (replicas the master let go; best effort, never re-sent)."""
+
+    tasks: tuple[DiskTask, ...] = ()
+    deletes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DiskReplicaEntry:
+    """A complete file found in a disk tier's directory, re-registered at start."""
+
+    tenant: str
+    key: str
+    offset: int
+    size: int

@@ -15,10 +15,13 @@ from collections.abc import Generator, Iterator
 
 from mooncake_py.types import ReplicaStatus, SegmentInfo, SoftPinAction
 
+from ..state.disk_space import DiskSpace
 from ..state.objects import ObjectMetadata, PendingSoftPin, Replica
 from ..state.store import StoreState
 from .rows import ObjectRow, RowImage, SegmentRow, TimeBase
 
+DISK_EXTENT = 1 << 63
+"""Where a disk tier's virtual offsets end, for the overlap and orphan walks."""
 OBJECTS_PER_STEP = 4096
 """Objects restored per step of :func:`restore_sliced` (a few tens of milliseconds)."""
 
@@ -126,13 +129,23 @@ def restore_sliced(
     until_ms = times.wall_ms + round(quarantine_s * 1000)
     holds = state.segments.grant_holds
     for segment_id, allocator in allocators.items():
-        kept = _without_overlaps(sorted(claims[segment_id]), allocator.usable_capacity)
+        disk = isinstance(allocator, DiskSpace)
+        # A disk tier's offsets are a virtual address space: no capacity bounds them.
+        extent = DISK_EXTENT if disk else allocator.usable_capacity
+        kept = _without_overlaps(sorted(claims[segment_id]), extent)
         accepted.update(owner for _, _, owner in kept)
         taken = [(offset, size) for offset, size, _ in kept]
-        orphans = _uncovered(image.ranges.get(segment_id, {}), taken, allocator.usable_capacity)
+        orphans = _uncovered(image.ranges.get(segment_id, {}), taken, extent)
         allocator.restore_allocations(sorted(taken + orphans))
-        for offset, _ in orphans:
-            holds.hold(segment_id, offset, until_ms)
+        if disk:
+            # Disk offsets are never handed out again, so nothing needs holding: an orphan (a
+            # spill the old leader had reserved for) is freed now and its file, if the owner
+            # wrote one, deleted.
+            for offset, _ in orphans:
+                state.segments.free(segment_id, offset)
+        else:
+            for offset, _ in orphans:
+                holds.hold(segment_id, offset, until_ms)
         quarantined += len(orphans)
         yield None
     # Every range freed soon after the restore is held too (a reader of the old leader may
@@ -140,6 +153,7 @@ def restore_sliced(
     hold_s = quarantine_s if free_hold_s is None else free_hold_s
     holds.floor_ms = max(holds.floor_ms, times.wall_ms + round(hold_s * 1000))
     restored = dropped = 0
+    disks = state.segments.has_disks
     for index, row in enumerate(rows):
         meta = _object_of(row, times, index, accepted)
         if meta is None:
@@ -148,7 +162,11 @@ def restore_sliced(
             state.objects.insert(meta)
             if row.attempt_id and meta.is_writing():
                 state.objects.set_attempt(meta, row.attempt_id)  # a repeat finds its write
-            if meta.is_readable() and not meta.hard_pinned:
+            on_disk = [r for r in meta.replicas if state.on_disk(r)] if disks else []
+            for replica in on_disk:
+                state.disk.on_disk(replica.segment_id, meta.object_id)
+            in_memory = len(on_disk) < len(meta.replicas)
+            if meta.is_readable() and not meta.hard_pinned and in_memory:
                 state.policy.on_created(meta.object_id)
             if meta.soft_pin_deadline > now:
                 state.note_soft_pin(meta.soft_pin_deadline)
@@ -220,6 +238,7 @@ def _info_of(row: SegmentRow) -> SegmentInfo:
         host_id=row.host_id,
         shared=row.shared,
         capability_key=row.capability_key,
+        disk=row.disk,
     )
 
 

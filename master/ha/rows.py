@@ -130,6 +130,7 @@ class RowCapture:
             capability_key=info.capability_key,
             client_id=mounted.client_id,
             tenant=mounted.tenant,
+            disk=info.disk,
         )
 
     def client_row(self, client_id: str) -> ClientRow | None:

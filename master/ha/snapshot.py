@@ -78,6 +78,7 @@ _SCALARS = {
         ("capability_key", pa.binary()),
         ("client_id", pa.string()),
         ("tenant", pa.string()),
+        ("disk", pa.bool_()),
     ],
     ha_records.ClientRow: [
         ("client_id", pa.string()),

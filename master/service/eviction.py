@@ -28,11 +28,15 @@ import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Hashable, Iterator
+from typing import TYPE_CHECKING
 
 from ..state.lru import Verdict
 from ..state.objects import ObjectMetadata
 from ..state.segments import Allocation, PlacementRequest
 from ..state.store import StoreState, is_soft_pinned
+
+if TYPE_CHECKING:
+    from .disk_moves import DiskMoves
 
 # Candidates examined per slice: bounds how long one slice holds the service lock.
 SLICE_BUDGET = 512
@@ -64,8 +68,10 @@ class EvictionPass:
 class Evictor:
     """Applies eviction to a :class:`StoreState`."""
 
-    def __init__(self, state: StoreState) -> None:
+    def __init__(self, state: StoreState, disk: DiskMoves | None = None) -> None:
         self._state = state
+        # Where victims go instead of away when their owner has a disk tier.
+        self._disk = disk
         self.allocation_failed = False  # set by a failed write: evict even below the watermark
         self._spared: set[Hashable] = set()
         # Where the last pass's ordinary stage stopped, valid while no pin has ended.
@@ -122,6 +128,9 @@ class Evictor:
         removed = 0
         counters = self._state.counters
         for victim in self._victims_with(meta):
+            if self._disk is not None and self._disk.demote(victim, now):
+                removed += 1  # kept on disk (or on its way there)
+                continue
             pinned = is_soft_pinned(victim, now)
             counters.evicted_objects += 1
             counters.evicted_soft_pinned += int(pinned)
@@ -283,13 +292,20 @@ class Evictor:
                         if not include_pinned:
                             self._sync_cursor = cursor
                         return allocations
+                if self._state.disk.spilling_bytes >= request.size:
+                    # Enough memory is on its way to disk: the write retries once it is free
+                    # (the caller says when) rather than have more objects spilled (or lost)
+                    # for it now.
+                    self._state.counters.alloc_failures += 1
+                    self.allocation_failed = True
+                    return []
                 if selection.exhausted:
                     if wrapped:
                         break
                     wrapped, cursor = True, -1
             if not include_pinned:
                 self._sync_cursor = -1
-            if len(usable_ids) < len(segments.all_segments()):
+            if len(usable_ids) < len(segments.memory_segments()):
                 # Other tenants' candidates may have used up the budget: the writer's own
                 # segments' objects decide, so a tenant never fails while they hold
                 # evictable objects of its own.

@@ -51,6 +51,8 @@ from ..state.segments import MountedSegment
 from ..state.store import StoreState
 from . import tenant_views
 from .context import DEFAULT_TENANT, ServiceContext, TenantResolver
+from .disk_calls import DiskTierService
+from .disk_moves import DiskMoves
 from .eviction import EvictionPass, Evictor
 from .kv_sessions import SessionService
 from .membership import MembershipService, PingResult
@@ -88,6 +90,7 @@ class MasterService:
             KV cache).
         replicas: replica management (clearing a client's own replicas).
         tasks: replica copy and move tasks.
+        disk: the disk tier owners' calls (disk tasks, re-registered files).
         context: what the composed services share (lock, state, clock, tenant rule), for
             services built beside the facade (the HTTP admin queries).
     """
@@ -112,10 +115,13 @@ class MasterService:
         self._objects = self._state.objects
         self._segments = self._state.segments
         self._clients = self._state.clients
-        self._evictor = Evictor(self._state)
+        disk_moves = DiskMoves(self._state)
+        self._evictor = Evictor(self._state, disk_moves)
         self._writes = WritePath(self._state, self._evictor)
         self._view_version = view_version
         self.reads = ReadService(context, config.max_batch_keys)
+        self.reads.disk = disk_moves
+        self.disk = DiskTierService(context, disk_moves)
         self.sessions = SessionService(context)
         self.releases = ReleaseService(context)
         self.replicas = ReplicaService(context, config.max_batch_keys)
@@ -474,6 +480,7 @@ class MasterService:
             freed = self._writes.sweep_expired(now)
             self._state.segments.release_held_grants()
         self.tasks.sweep(now)  # replica tasks that overstayed fail, freeing their targets
+        self.disk.expire_disk_tasks(now)
         return freed
 
     def evict_once(self, now: float) -> EvictionPass | None:

@@ -189,8 +189,13 @@ class MembershipService:
     def _validate_segment(self, client_id: str, segment: SegmentInfo) -> ErrorCode:
         if not client_id or not segment.id or not segment.name:
             return ErrorCode.INVALID_PARAMS
-        if segment.base <= 0 or segment.size <= 0 or not valid_endpoint(segment.te_endpoint):
+        # A disk tier's base means nothing (its offsets are virtual); memory's must be set.
+        if (segment.base <= 0 and not segment.disk) or segment.base < 0 or segment.size <= 0:
             return ErrorCode.INVALID_PARAMS
+        if not valid_endpoint(segment.te_endpoint):
+            return ErrorCode.INVALID_PARAMS
+        if segment.disk and not self._state.config.enable_offload:
+            return ErrorCode.UNABLE_OFFLOAD
         # Without a key the master hands out no capability for the segment: the owner's data
         # plane then serves nobody, which only the owner itself can choose.
         if segment.capability_key and len(segment.capability_key) != capability.KEY_BYTES:

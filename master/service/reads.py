@@ -27,6 +27,7 @@ from mooncake_py.types import ProbeLeaseMode, ReplicaListResult
 
 from ..state.objects import ObjectMetadata, valid_key
 from .context import ServiceContext
+from .disk_moves import DiskMoves
 from .slices import Steps, drive, map_in_slices
 
 END_READS_CHUNK = 4096
@@ -47,6 +48,8 @@ class ReadService:
         self._clock = context.clock
         self._resolve_tenant = context.tenants.resolve
         self._max_batch = max_batch_keys
+        # Promotes objects read from disk (set by the facade when it builds the disk tier).
+        self.disk: DiskMoves | None = None
 
     # -- lookups that lease ----------------------------------------------------------------
 
@@ -80,6 +83,7 @@ class ReadService:
         ttl_ms = state.config.default_kv_lease_ttl
         lease_s = state.lease_ttl_s
         counters = state.counters
+        disks = state.segments
 
         def step(_: int, key: str, now: float) -> ReplicaListResult:
             meta = state.objects.get((scope, key))
@@ -98,6 +102,10 @@ class ReadService:
             state.touch(meta, now)
             read_id = state.reads.grant(client_id, meta, readable, now + lease_s)
             described = tuple(state.describe(meta, r) for r in readable)
+            if disks.has_disks and described[0].disk:
+                counters.disk_hits += 1  # memory replicas come first: this one is on disk only
+                if self.disk is not None:
+                    self.disk.after_read(meta, now)
             return ReplicaListResult(ErrorCode.OK, described, ttl_ms, meta.size, read_id)
 
         return (yield from map_in_slices(self._lock, keys, self._clock, step))

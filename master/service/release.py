@@ -151,10 +151,11 @@ class ReleaseService:
                 doomed.append(meta)
             else:
                 counts[reason] += 1
-        freed, pending = self._remove_all_of(doomed, now)
+        freed, pending, freed_disk = self._remove_all_of(doomed, now)
         return ReleaseResult(
             released_objects=len(doomed),
             freed_bytes=freed,
+            freed_disk_bytes=freed_disk,
             pending_bytes=pending,
             kept_shared=counts["shared"],
             kept_hard_pinned=counts["hard"],
@@ -167,18 +168,22 @@ class ReleaseService:
             if meta is not None:
                 self._state.sessions.detach(meta, session)
 
-    def _remove_all_of(self, doomed: list[ObjectMetadata], now: float) -> tuple[int, int]:
-        """Remove objects; returns the bytes the allocators got back now and the bytes that
-        come back when the reads still copying from them end."""
+    def _remove_all_of(self, doomed: list[ObjectMetadata], now: float) -> tuple[int, int, int]:
+        """Remove objects; returns the memory bytes the allocators got back now, the bytes that
+        come back when the reads still copying from them end, and the disk tier bytes freed
+        (their files are deleted by their owners)."""
         self._state.reads.expire_due(now)
-        before = self._state.segments.used_bytes()
+        segments = self._state.segments
+        before = segments.used_bytes()
+        disk_before = segments.disk_used_bytes() if segments.has_disks else 0
         pending = 0
         for meta in doomed:
             pending += self._state.release_replicas(meta, list(meta.replicas), now)
-        freed = before - self._state.segments.used_bytes()
+        freed = before - segments.used_bytes()
+        freed_disk = disk_before - segments.disk_used_bytes() if segments.has_disks else 0
         self._state.counters.released_objects += len(doomed)
         self._state.counters.released_bytes += freed
-        return freed, pending
+        return freed, pending, freed_disk
 
     def _count(self, kind: str, total: ReleaseResult) -> None:
         """Count one release of ``kind`` (:data:`RELEASE_KINDS`) answered OK, with its totals."""
@@ -325,13 +330,14 @@ class ReleaseService:
                             doomed.append(meta)
                     if timer.spent():
                         break
-                freed, pending = self._remove_all_of(doomed, now)
+                freed, pending, freed_disk = self._remove_all_of(doomed, now)
                 if doomed:
                     # Under the lock, in order with the commits that clear it again.
                     self._state.kv_cache_released_tenants.add(resolved)
             total += ReleaseResult(
                 released_objects=len(doomed),
                 freed_bytes=freed,
+                freed_disk_bytes=freed_disk,
                 pending_bytes=pending,
                 kept_hard_pinned=counts["hard"],
                 kept_writing=counts["writing"],

@@ -121,9 +121,15 @@ def store_stats(state: StoreState) -> dict[str, int]:
     segments, clients = state.segments, state.clients
     return {
         "objects": len(state.objects),
-        "segments": len(segments.all_segments()),
+        "segments": len(segments.memory_segments()),
         "capacity_bytes": segments.capacity_bytes(),
         "allocated_bytes": segments.used_bytes(),
+        "disk_segments": len(segments.disk_segments()),
+        "disk_capacity_bytes": segments.disk_capacity_bytes(),
+        "disk_used_bytes": segments.disk_used_bytes(),
+        "disk_tasks": len(state.disk),
+        "spills_in_flight": state.disk.spilling_count,
+        "disk_deletes_pending": state.disk.pending_deletes(),
         "clients": len(clients),
         "active_clients": clients.active_count,
         "preempted_buffers": state.preempted_count(),

@@ -35,6 +35,7 @@ from mooncake_py.types import PutStartResult, ReplicaStatus, ReplicateConfig, So
 from ..state.objects import ObjectMetadata, PendingSoftPin, Replica
 from ..state.segments import Allocation, PlacementRequest
 from ..state.store import StoreState
+from .disk_moves import RETRY_AFTER_MS
 from .eviction import Evictor
 from .release import KV_CACHE_TYPES
 
@@ -55,6 +56,9 @@ def placement_request(size: int, config: ReplicateConfig, tenant: str) -> Placem
         local_first=config.prefer_alloc_in_same_node,
         tenant=tenant,
     )
+
+
+_NO_ROOM = PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
 
 
 class WritePath:
@@ -235,16 +239,28 @@ class WritePath:
                 successor = self._state.objects.get(existing.object_id)
                 self._state.sessions.adopt(successor, existing, memberships)
                 return result
-        if existing.size == size and not self._state.reads.is_read(existing):
+        disk_part = self._state.segments.has_disks and (
+            self._state.disk.busy(existing.object_id) or self._state.disk_replicas(existing)
+        )
+        if existing.size == size and not disk_part and not self._state.reads.is_read(existing):
             result = self._rewrite_in_place(existing, client_id, pin, now)
         else:
-            result = self._replace(existing, client_id, size, config, pin, now)
+            # A copy to or from disk may be running, and a file cannot be rewritten in place:
+            # the new value gets new memory, and every old replica (its file too) goes.
+            result = self._replace(existing, client_id, size, config, pin, now, bool(disk_part))
         current = self._state.objects.get(existing.object_id)
         if result.code == ErrorCode.OK and current is not None and config.with_hard_pin:
             # Only an admitted upsert changes the object: hard pin is ORed in, for good.
             current.hard_pinned = True
             self._state.policy.on_removed(current.object_id)
         return result
+
+    def _no_room(self) -> PutStartResult:
+        """NO_AVAILABLE_HANDLE, with how long to wait when spills in flight are freeing
+        memory."""
+        if self._state.disk.spilling_count:
+            return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE, retry_after_ms=RETRY_AFTER_MS)
+        return _NO_ROOM
 
     def is_stale(self, meta: ObjectMetadata, now: float) -> bool:
         """True for an unreadable object whose write is older than the discard timeout: the
@@ -273,6 +289,7 @@ class WritePath:
         config: ReplicateConfig,
         pin: PendingSoftPin,
         now: float,
+        disk_part: bool = False,
     ) -> PutStartResult:
         # Allocate before letting go of the old bytes, with the object itself out of eviction's
         # reach: a rejected upsert changes nothing, and an admitted one keeps its memberships.
@@ -281,7 +298,11 @@ class WritePath:
                 placement_request(size, config, meta.tenant), now
             )
         if not allocations:
-            return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
+            return self._no_room()
+        if disk_part:
+            # Its disk task (if any) is dropped when it ends; it leaves its tier's LRU.
+            self._state.disk.cancel(meta.object_id)
+            self._state.disk.forget(meta.object_id)
         self._state.release_replicas(meta, list(meta.replicas), now, keep_object=True)
         meta.client_id = client_id
         meta.put_start_time = now
@@ -311,7 +332,7 @@ class WritePath:
         """
         allocations = self._evictor.allocate_evicting(placement_request(size, config, tenant), now)
         if not allocations:
-            return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
+            return self._no_room()
         meta = ObjectMetadata(
             tenant,
             key,

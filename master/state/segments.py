@@ -32,6 +32,7 @@ from mooncake_py import capability
 from mooncake_py.types import SegmentInfo
 
 from .allocator import OffsetAllocator
+from .disk_space import DiskSpace
 from .grant_holds import GrantHolds
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class MountedSegment:
 
     info: SegmentInfo
     client_id: str
-    allocator: OffsetAllocator
+    allocator: OffsetAllocator | DiskSpace
     signer: capability.SegmentSigner | None = None
     tenant: str = ""
 
@@ -61,6 +62,11 @@ class MountedSegment:
         """Whether ``tenant``'s objects may be placed here: it is the tenant's own, shared,
         or nobody's. O(1)."""
         return not self.tenant or self.tenant == tenant or self.info.shared
+
+    @property
+    def is_disk(self) -> bool:
+        """A disk tier (:mod:`.disk_space`), not memory."""
+        return self.info.disk
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,6 +113,11 @@ class SegmentManager:
         self._segments: dict[str, MountedSegment] = {}
         self._by_name: dict[str, list[MountedSegment]] = {}
         self._by_client: dict[str, dict[str, None]] = {}
+        # Disk tiers, by segment id: mounted like memory segments (ids, owners, tenants,
+        # capabilities) but never placement candidates nor counted as memory.
+        self._disks: dict[str, MountedSegment] = {}
+        # Told of every disk range freed (segment id, offset): its file is to be deleted.
+        self.on_disk_freed: Callable[[str, int], None] | None = None
         # Segments that belong to a tenant and are not shared: while there are none, every
         # segment is everyone's and placement skips the usability filter.
         self._restricted = 0
@@ -132,12 +143,38 @@ class SegmentManager:
         return [self._segments[s] for s in self._by_client.get(client_id, ())]
 
     def all_segments(self) -> list[MountedSegment]:
-        """Every mounted segment."""
+        """Every mounted segment, disk tiers included."""
         return list(self._segments.values())
 
+    def memory_segments(self) -> list[MountedSegment]:
+        """Every mounted memory segment. O(segments)."""
+        if not self._disks:
+            return list(self._segments.values())
+        return [m for m in self._segments.values() if not m.info.disk]
+
+    @property
+    def has_disks(self) -> bool:
+        """Whether any disk tier is mounted. O(1)."""
+        return bool(self._disks)
+
+    def disk_segments(self) -> list[MountedSegment]:
+        """Every mounted disk tier."""
+        return list(self._disks.values())
+
+    def disk_of(self, client_id: str) -> MountedSegment | None:
+        """``client_id``'s disk tier (the first it mounted), or None. O(its segments)."""
+        if not self._disks:
+            return None
+        for segment_id in self._by_client.get(client_id, ()):
+            mounted = self._disks.get(segment_id)
+            if mounted is not None:
+                return mounted
+        return None
+
     def usable_by(self, tenant: str) -> list[MountedSegment]:
-        """Every mounted segment ``tenant``'s objects may be placed in. O(segments)."""
-        return [m for m in self._segments.values() if m.usable_by(tenant)]
+        """Every mounted memory segment ``tenant``'s objects may be placed in.
+        O(segments)."""
+        return [m for m in self._segments.values() if m.usable_by(tenant) and not m.info.disk]
 
     def mount(self, client_id: str, info: SegmentInfo, tenant: str = "") -> MountedSegment:
         """Start allocating in ``info``. The caller has validated it and checked the id is free.
@@ -151,13 +188,16 @@ class SegmentManager:
         mounted = MountedSegment(
             info=info,
             client_id=client_id,
-            allocator=OffsetAllocator(info.size),
+            allocator=DiskSpace(info.size) if info.disk else OffsetAllocator(info.size),
             signer=capability.SegmentSigner(key, info.id.encode()) if key else None,
             tenant=tenant,
         )
-        self._restricted += _restricted(mounted)
         self._segments[info.id] = mounted
-        self._by_name.setdefault(info.name, []).append(mounted)
+        if info.disk:
+            self._disks[info.id] = mounted
+        else:
+            self._restricted += _restricted(mounted)
+            self._by_name.setdefault(info.name, []).append(mounted)
         self._by_client.setdefault(client_id, {})[info.id] = None
         if self.journal is not None:
             self.journal.segment(info.id)
@@ -174,11 +214,14 @@ class SegmentManager:
         if self.journal is not None:
             self.journal.unmounted(segment_id)
         self.grant_holds.drop_segment(segment_id)
-        self._restricted -= _restricted(mounted)
-        peers = self._by_name[mounted.info.name]
-        peers.remove(mounted)
-        if not peers:
-            del self._by_name[mounted.info.name]
+        if mounted.info.disk:
+            del self._disks[segment_id]
+        else:
+            self._restricted -= _restricted(mounted)
+            peers = self._by_name[mounted.info.name]
+            peers.remove(mounted)
+            if not peers:
+                del self._by_name[mounted.info.name]
         owned = self._by_client[mounted.client_id]
         owned.pop(segment_id, None)
         if not owned:
@@ -188,12 +231,20 @@ class SegmentManager:
     # -- capacity --------------------------------------------------------------------------
 
     def capacity_bytes(self) -> int:
-        """Total bytes of every mounted segment."""
-        return sum(m.info.size for m in self._segments.values())
+        """Total bytes of every mounted memory segment."""
+        return sum(m.info.size for m in self._segments.values() if not m.info.disk)
 
     def used_bytes(self) -> int:
-        """Bytes currently allocated across every mounted segment."""
-        return sum(m.allocator.used_bytes for m in self._segments.values())
+        """Bytes currently allocated across every mounted memory segment."""
+        return sum(m.allocator.used_bytes for m in self._segments.values() if not m.info.disk)
+
+    def disk_capacity_bytes(self) -> int:
+        """Total quota of every mounted disk tier."""
+        return sum(m.info.size for m in self._disks.values())
+
+    def disk_used_bytes(self) -> int:
+        """Bytes held in every mounted disk tier."""
+        return sum(m.allocator.used_bytes for m in self._disks.values())
 
     def free(self, segment_id: str, offset: int) -> None:
         """Return an allocation to its segment; a no-op when the segment is gone. In a shared
@@ -201,6 +252,15 @@ class SegmentManager:
         (:mod:`.grant_holds`)."""
         mounted = self._segments.get(segment_id)
         if mounted is None:
+            return
+        if mounted.info.disk:
+            # Disk offsets are never handed out again, so no capability can reach another
+            # object through this range: it is free at once, and its file goes.
+            mounted.allocator.free(offset)
+            if self.journal is not None:
+                self.journal.freed(segment_id, offset)
+            if self.on_disk_freed is not None:
+                self.on_disk_freed(segment_id, offset)
             return
         holds = self.grant_holds
         if (mounted.info.shared or holds.floor_ms) and holds.hold_on_free(
@@ -222,6 +282,42 @@ class SegmentManager:
                 if self.journal is not None:
                     self.journal.freed(segment_id, offset)
         return len(released)
+
+    # -- disk tiers ------------------------------------------------------------------------
+
+    def allocate_disk(self, mounted: MountedSegment, size: int) -> Allocation | None:
+        """Reserve ``size`` bytes of the disk tier ``mounted`` at a fresh offset; None when its
+        quota has no room. O(1)."""
+        offset = mounted.allocator.allocate(size)
+        if offset is None:
+            return None
+        if self.journal is not None:
+            self.journal.allocated(mounted.info.id, offset, size)
+        return Allocation(segment=mounted, offset=offset, size=size)
+
+    def allocate_on(self, mounted: MountedSegment, size: int) -> Allocation | None:
+        """Reserve ``size`` bytes in the memory segment ``mounted`` itself; None when it has no
+        room. O(log free ranges)."""
+        if mounted.info.disk or size > mounted.allocator.largest_free_block:
+            return None
+        offset = mounted.allocator.allocate(size)
+        if offset is None:
+            return None
+        if self.on_allocated is not None:
+            self.on_allocated(mounted.info.id, offset, size)
+        if self.journal is not None:
+            self.journal.allocated(mounted.info.id, offset, mounted.allocator.size_of(offset))
+        return Allocation(segment=mounted, offset=offset, size=size)
+
+    def claim_disk(self, mounted: MountedSegment, offset: int, size: int) -> bool:
+        """Hold a range a restarted owner found a complete file for
+        (:meth:`.disk_space.DiskSpace.claim`). O(1)."""
+        space = mounted.allocator
+        if not isinstance(space, DiskSpace) or not space.claim(offset, size):
+            return False
+        if self.journal is not None:
+            self.journal.allocated(mounted.info.id, offset, size)
+        return True
 
     # -- placement -------------------------------------------------------------------------
 
@@ -349,13 +445,21 @@ class SegmentManager:
         """
         by_name_ids = {m.info.id for segs in self._by_name.values() for m in segs}
         by_client_ids = {s for owned in self._by_client.values() for s in owned}
-        if by_name_ids != set(self._segments) or by_client_ids != set(self._segments):
+        if by_name_ids | set(self._disks) != set(self._segments) or by_client_ids != set(
+            self._segments
+        ):
             raise AssertionError("segment indexes disagree with mounted segments")
+        if by_name_ids & set(self._disks) or any(
+            not m.info.disk or not isinstance(m.allocator, DiskSpace) for m in self._disks.values()
+        ):
+            raise AssertionError("a disk tier is indexed as memory, or memory as a disk tier")
         for mounted in self._segments.values():
             if mounted.info.id not in self._by_client.get(mounted.client_id, {}):
                 raise AssertionError(f"segment {mounted.info.id} not indexed under its client")
             mounted.allocator.check()
-        if self._restricted != sum(_restricted(m) for m in self._segments.values()):
+        if self._restricted != sum(
+            _restricted(m) for m in self._segments.values() if not m.info.disk
+        ):
             raise AssertionError("restricted segment count disagrees with mounted segments")
         self.grant_holds.check()
 

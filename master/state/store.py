@@ -23,6 +23,7 @@ from mooncake_py.types import ReplicaDescriptor, SegmentInfo
 
 from ..config import MasterConfig
 from .clients import ClientRegistry
+from .disk_tier import DiskTiers
 from .lru import LeaseOrderedLRU
 from .objects import ObjectId, ObjectMetadata, ObjectTable, Replica
 from .reads import ReadLeases
@@ -59,7 +60,13 @@ class Counters:
     release_kv_cache) there are ``<kind>_releases`` (calls answered OK),
     ``<kind>_released_objects`` and ``<kind>_released_bytes`` (the allocators' freed bytes);
     over the kinds they add up to ``released_objects`` / ``released_bytes``. ``get_hits`` and
-    ``get_misses`` count GetReplicaList keys answered OK and OBJECT_NOT_FOUND.
+    ``get_misses`` count GetReplicaList keys answered OK and OBJECT_NOT_FOUND. The disk tier's
+    (:mod:`~..service.disk_moves`): ``spills_started`` / ``spilled_objects`` /
+    ``spilled_bytes`` / ``spill_failures`` (memory to disk), ``demoted_objects`` (memory
+    dropped because a disk copy existed), ``promotions_started`` / ``promoted_objects`` /
+    ``promotion_failures`` (disk to memory), ``disk_evicted_objects`` (objects a full tier
+    dropped) and ``disk_evicted_bytes`` (disk replicas a full tier dropped), ``disk_hits``
+    (keys read while only on disk).
 
     Thread-safety: none; changed and read under the service lock.
     """
@@ -88,6 +95,17 @@ class Counters:
     kv_cache_released_bytes: int = 0
     get_hits: int = 0
     get_misses: int = 0
+    spills_started: int = 0
+    spilled_objects: int = 0
+    spilled_bytes: int = 0
+    spill_failures: int = 0
+    demoted_objects: int = 0
+    promotions_started: int = 0
+    promoted_objects: int = 0
+    promotion_failures: int = 0
+    disk_evicted_objects: int = 0
+    disk_evicted_bytes: int = 0
+    disk_hits: int = 0
 
 
 _GONE_SEGMENT = SegmentInfo(id="", name="", base=1, size=1, te_endpoint="")
@@ -157,6 +175,9 @@ class StoreState:
         self.draining: dict[str, SegmentDrain] = {}
         # Replica copy and move tasks, and the target ranges they reserved.
         self.tasks = TaskTable()
+        # Disk tier spills and promotions in flight, file deletions, per-tier LRUs.
+        self.disk = DiskTiers()
+        self.segments.on_disk_freed = self.disk.delete_later
         self._preempted_deadlines: list[tuple[float, int]] = []
         self.counters = Counters()
         # Tenants whose KV cache a release_kv_cache released (it removed at least one of their
@@ -237,9 +258,12 @@ class StoreState:
         members = (
             self.objects.group_members(meta.tenant, meta.group_id) if meta.group_id else [meta]
         )
+        disks = self.segments.has_disks
         for member in members:
             if member.fresh_until <= now and member.object_id in self.policy:
                 self.policy.on_touched(member.object_id)
+            if disks:
+                self.disk.touched(member.object_id)
             member.fresh_until = max(member.fresh_until, fresh)
 
     def is_leased(self, meta: ObjectMetadata) -> bool:
@@ -269,6 +293,9 @@ class StoreState:
         caller's business)."""
         self.policy.on_removed(object_id)
         self.reads.drop_checks(object_id)
+        if self.segments.has_disks or len(self.disk):
+            self.disk.cancel(object_id)
+            self.disk.forget(object_id)
         meta = self.objects.erase(object_id)
         if meta is not None:
             self.sessions.on_object_removed(meta)
@@ -367,8 +394,11 @@ class StoreState:
         Complexity: O(objects on the segment) for a C-level copy of their ids.
         """
         self.finish_drain(segment_id)
-        self.segments.unmount(segment_id)
+        mounted = self.segments.unmount(segment_id)
         self.tasks.forget_segment(segment_id)
+        self._forget_disk_tasks(segment_id)
+        if mounted is not None and mounted.info.disk:
+            self.disk.forget_segment(segment_id)
         # Buffers waiting for readers or writers die with their segment; a remount of the same
         # id starts from an empty allocator that must not receive their frees.
         self.reads.drop_segment(segment_id)
@@ -416,13 +446,48 @@ class StoreState:
         if drain is not None:
             self.drain(drain)
 
+    def _forget_disk_tasks(self, segment_id: str) -> None:
+        """A segment went away: disk tasks reserving on it end now (their range died with its
+        allocator, which a remount of the id must not receive frees for); those copying from
+        it are cancelled (their reservation is freed when they end)."""
+        disk = self.disk
+        if not len(disk):
+            return
+        for task_id in disk.tasks_on(segment_id):
+            record = disk.get(task_id)
+            if record is None:
+                continue
+            if record.target.segment.info.id == segment_id:
+                disk.finish(task_id)
+            else:
+                disk.cancel(record.meta.object_id)
+
     def readable_replicas(self, meta: ObjectMetadata) -> list[Replica]:
-        """The COMPLETE replicas a reader may be given: none on a segment being drained.
-        O(replicas)."""
+        """The COMPLETE replicas a reader may be given: none on a segment being drained;
+        memory replicas before disk ones. O(replicas)."""
         replicas = meta.complete_replicas()
         if self.draining:
             replicas = [r for r in replicas if r.segment_id not in self.draining]
+        if len(replicas) > 1 and self.segments.has_disks:
+            replicas.sort(key=self.on_disk)
         return replicas
+
+    def on_disk(self, replica: Replica) -> bool:
+        """Whether ``replica`` lies on a disk tier. O(1)."""
+        mounted = self.segments.get(replica.segment_id)
+        return mounted is not None and mounted.info.disk
+
+    def memory_replicas(self, meta: ObjectMetadata) -> list[Replica]:
+        """``meta``'s COMPLETE replicas in memory. O(replicas)."""
+        if not self.segments.has_disks:
+            return meta.complete_replicas()
+        return [r for r in meta.complete_replicas() if not self.on_disk(r)]
+
+    def disk_replicas(self, meta: ObjectMetadata) -> list[Replica]:
+        """``meta``'s COMPLETE replicas on disk tiers. O(replicas)."""
+        if not self.segments.has_disks:
+            return []
+        return [r for r in meta.complete_replicas() if self.on_disk(r)]
 
     def is_readable(self, meta: ObjectMetadata) -> bool:
         """Whether a reader would be given a replica of ``meta`` now. O(1) unless a segment
@@ -469,7 +534,11 @@ class StoreState:
             info, grant = (_GONE_SEGMENT if segment is None else segment.info), b""
         else:
             info = segment.info
-            if info.shared:
+            if info.disk:
+                # Read through the owner only (never mapped), for as long as a read may last;
+                # its offsets are never reused, so nothing needs holding back.
+                expires = self.segments.wall_ms() + self._read_grant_ms
+            elif info.shared:
                 expires = self.segments.wall_ms() + self._shared_grant_ms
                 self.segments.grant_holds.granted(replica.segment_id, replica.offset, expires)
             else:
@@ -489,12 +558,15 @@ class StoreState:
             info.te_endpoint,
             info.host_id,
             grant,
+            info.disk,
         )
 
     def used_ratio(self) -> float:
-        """Allocated bytes over mounted capacity (0 with no segments)."""
+        """Allocated memory over mounted memory capacity (0 with no segments), not counting
+        the memory that spills in flight are about to free."""
         capacity = self.segments.capacity_bytes()
-        return self.segments.used_bytes() / capacity if capacity else 0.0
+        used = self.segments.used_bytes() - self.disk.spilling_bytes
+        return max(used, 0) / capacity if capacity else 0.0
 
     # -- invariants ------------------------------------------------------------------------
 
@@ -527,15 +599,23 @@ class StoreState:
                         f"{meta.object_id!r} has a replica on {mounted.tenant!r}'s segment"
                     )
                 live[replica.segment_id] = live.get(replica.segment_id, 0) + 1
+                if mounted.info.disk and not self.disk.in_lru(replica.segment_id, meta.object_id):
+                    raise AssertionError(f"{meta.object_id!r} is on disk but not in its LRU")
             if meta.object_id in self.policy:
                 if meta.hard_pinned:
                     raise AssertionError(f"hard-pinned {meta.object_id!r} is an eviction candidate")
                 candidates.add(meta.object_id)
-            elif meta.is_readable() and not meta.hard_pinned:
+            elif (
+                meta.is_readable()
+                and not meta.hard_pinned
+                and not self.disk.busy(meta.object_id)
+                and self.memory_replicas(meta)
+            ):
                 raise AssertionError(f"readable {meta.object_id!r} is not an eviction candidate")
         self.policy.check(candidates)
         self.reads.check()
         self.tasks.check()
+        self.disk.check()
         for object_id in self.reads.checked_objects():
             if self.objects.get(object_id) is None:
                 raise AssertionError(f"existence hold on gone object {object_id!r}")
@@ -550,6 +630,7 @@ class StoreState:
                 + held.get(sid, 0)
                 + self.reads.retired_on(sid)
                 + self.tasks.held_on(sid)
+                + self.disk.held_on(sid)
                 + self.segments.grant_holds.held_on(sid)
             )
             if mounted.allocator.allocation_count != expected:

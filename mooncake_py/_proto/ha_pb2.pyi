@@ -81,7 +81,7 @@ class SessionRow(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., session_id: _Optional[str] = ..., pinned: _Optional[bool] = ..., created_ms: _Optional[int] = ..., last_active_ms: _Optional[int] = ...) -> None: ...
 
 class SegmentRow(_message.Message):
-    __slots__ = ("id", "name", "base", "size", "te_endpoint", "protocol", "host_id", "shared", "capability_key", "client_id", "tenant")
+    __slots__ = ("id", "name", "base", "size", "te_endpoint", "protocol", "host_id", "shared", "capability_key", "client_id", "tenant", "disk")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     BASE_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,7 @@ class SegmentRow(_message.Message):
     CAPABILITY_KEY_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    DISK_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     base: int
@@ -104,7 +105,8 @@ class SegmentRow(_message.Message):
     capability_key: bytes
     client_id: str
     tenant: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., base: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., protocol: _Optional[str] = ..., host_id: _Optional[str] = ..., shared: _Optional[bool] = ..., capability_key: _Optional[bytes] = ..., client_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    disk: bool
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., base: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., protocol: _Optional[str] = ..., host_id: _Optional[str] = ..., shared: _Optional[bool] = ..., capability_key: _Optional[bytes] = ..., client_id: _Optional[str] = ..., tenant: _Optional[str] = ..., disk: _Optional[bool] = ...) -> None: ...
 
 class ClientRow(_message.Message):
     __slots__ = ("client_id", "bound", "tenant", "ok")

@@ -31,7 +31,7 @@ class ReplicateConfig(_message.Message):
     def __init__(self, replica_num: _Optional[int] = ..., with_hard_pin: _Optional[bool] = ..., preferred_segments: _Optional[_Iterable[str]] = ..., preferred_segment: _Optional[str] = ..., prefer_alloc_in_same_node: _Optional[bool] = ..., data_type: _Optional[int] = ..., host_id: _Optional[str] = ..., group_ids: _Optional[_Iterable[str]] = ..., soft_pin_action: _Optional[int] = ..., soft_pin_ttl_ms: _Optional[int] = ...) -> None: ...
 
 class Segment(_message.Message):
-    __slots__ = ("id", "name", "base", "size", "te_endpoint", "protocol", "host_id", "shared", "capability_key")
+    __slots__ = ("id", "name", "base", "size", "te_endpoint", "protocol", "host_id", "shared", "capability_key", "disk")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     BASE_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class Segment(_message.Message):
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     SHARED_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DISK_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     base: int
@@ -50,10 +51,11 @@ class Segment(_message.Message):
     host_id: str
     shared: bool
     capability_key: bytes
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., base: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., protocol: _Optional[str] = ..., host_id: _Optional[str] = ..., shared: _Optional[bool] = ..., capability_key: _Optional[bytes] = ...) -> None: ...
+    disk: bool
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., base: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., protocol: _Optional[str] = ..., host_id: _Optional[str] = ..., shared: _Optional[bool] = ..., capability_key: _Optional[bytes] = ..., disk: _Optional[bool] = ...) -> None: ...
 
 class ReplicaDescriptor(_message.Message):
-    __slots__ = ("id", "status", "segment_id", "segment_name", "offset", "size", "te_endpoint", "host_id", "capability")
+    __slots__ = ("id", "status", "segment_id", "segment_name", "offset", "size", "te_endpoint", "host_id", "capability", "disk")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +65,7 @@ class ReplicaDescriptor(_message.Message):
     TE_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    DISK_FIELD_NUMBER: _ClassVar[int]
     id: int
     status: int
     segment_id: str
@@ -72,7 +75,8 @@ class ReplicaDescriptor(_message.Message):
     te_endpoint: str
     host_id: str
     capability: bytes
-    def __init__(self, id: _Optional[int] = ..., status: _Optional[int] = ..., segment_id: _Optional[str] = ..., segment_name: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., host_id: _Optional[str] = ..., capability: _Optional[bytes] = ...) -> None: ...
+    disk: bool
+    def __init__(self, id: _Optional[int] = ..., status: _Optional[int] = ..., segment_id: _Optional[str] = ..., segment_name: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., host_id: _Optional[str] = ..., capability: _Optional[bytes] = ..., disk: _Optional[bool] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
     __slots__ = ("code",)
@@ -197,14 +201,16 @@ class PutStartRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., value_length: _Optional[int] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ..., attempt_id: _Optional[int] = ...) -> None: ...
 
 class PutStartResponse(_message.Message):
-    __slots__ = ("code", "replicas", "write_id")
+    __slots__ = ("code", "replicas", "write_id", "retry_after_ms")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     WRITE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     code: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaDescriptor]
     write_id: int
-    def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ..., write_id: _Optional[int] = ...) -> None: ...
+    retry_after_ms: int
+    def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ..., write_id: _Optional[int] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
 class BatchPutStartRequest(_message.Message):
     __slots__ = ("client_id", "keys", "value_lengths", "config", "tenant_id", "attempt_id")
@@ -491,7 +497,7 @@ class ReleaseKvCacheRequest(_message.Message):
     def __init__(self, keep_pinned: _Optional[bool] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
-    __slots__ = ("code", "sessions", "released_objects", "freed_bytes", "pending_bytes", "kept_shared", "kept_hard_pinned", "kept_leased", "kept_writing", "kept_pinned", "message")
+    __slots__ = ("code", "sessions", "released_objects", "freed_bytes", "pending_bytes", "kept_shared", "kept_hard_pinned", "kept_leased", "kept_writing", "kept_pinned", "message", "freed_disk_bytes")
     CODE_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     RELEASED_OBJECTS_FIELD_NUMBER: _ClassVar[int]
@@ -503,6 +509,7 @@ class ReleaseResponse(_message.Message):
     KEPT_WRITING_FIELD_NUMBER: _ClassVar[int]
     KEPT_PINNED_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FREED_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
     code: int
     sessions: int
     released_objects: int
@@ -514,7 +521,8 @@ class ReleaseResponse(_message.Message):
     kept_writing: int
     kept_pinned: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., sessions: _Optional[int] = ..., released_objects: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., pending_bytes: _Optional[int] = ..., kept_shared: _Optional[int] = ..., kept_hard_pinned: _Optional[int] = ..., kept_leased: _Optional[int] = ..., kept_writing: _Optional[int] = ..., kept_pinned: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    freed_disk_bytes: int
+    def __init__(self, code: _Optional[int] = ..., sessions: _Optional[int] = ..., released_objects: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., pending_bytes: _Optional[int] = ..., kept_shared: _Optional[int] = ..., kept_hard_pinned: _Optional[int] = ..., kept_leased: _Optional[int] = ..., kept_writing: _Optional[int] = ..., kept_pinned: _Optional[int] = ..., message: _Optional[str] = ..., freed_disk_bytes: _Optional[int] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ("tenant_id", "all_tenants")
@@ -684,3 +692,83 @@ class FinishTaskRequest(_message.Message):
     succeeded: bool
     message: str
     def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., succeeded: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
+class FetchDiskTasksRequest(_message.Message):
+    __slots__ = ("client_id", "batch_size")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    batch_size: int
+    def __init__(self, client_id: _Optional[str] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class DiskTask(_message.Message):
+    __slots__ = ("task_id", "kind", "tenant_id", "key", "size", "memory_segment_id", "memory_offset", "disk_segment_id", "disk_offset")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_SEGMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISK_SEGMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DISK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    task_id: int
+    kind: int
+    tenant_id: str
+    key: str
+    size: int
+    memory_segment_id: str
+    memory_offset: int
+    disk_segment_id: str
+    disk_offset: int
+    def __init__(self, task_id: _Optional[int] = ..., kind: _Optional[int] = ..., tenant_id: _Optional[str] = ..., key: _Optional[str] = ..., size: _Optional[int] = ..., memory_segment_id: _Optional[str] = ..., memory_offset: _Optional[int] = ..., disk_segment_id: _Optional[str] = ..., disk_offset: _Optional[int] = ...) -> None: ...
+
+class DiskDeletes(_message.Message):
+    __slots__ = ("disk_segment_id", "offsets")
+    DISK_SEGMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    disk_segment_id: str
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, disk_segment_id: _Optional[str] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class FetchDiskTasksResponse(_message.Message):
+    __slots__ = ("code", "tasks", "deletes")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    DELETES_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    tasks: _containers.RepeatedCompositeFieldContainer[DiskTask]
+    deletes: _containers.RepeatedCompositeFieldContainer[DiskDeletes]
+    def __init__(self, code: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[DiskTask, _Mapping]]] = ..., deletes: _Optional[_Iterable[_Union[DiskDeletes, _Mapping]]] = ...) -> None: ...
+
+class FinishDiskTasksRequest(_message.Message):
+    __slots__ = ("client_id", "task_ids", "codes")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    task_ids: _containers.RepeatedScalarFieldContainer[int]
+    codes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, client_id: _Optional[str] = ..., task_ids: _Optional[_Iterable[int]] = ..., codes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DiskReplicaEntry(_message.Message):
+    __slots__ = ("tenant_id", "key", "offset", "size")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    key: str
+    offset: int
+    size: int
+    def __init__(self, tenant_id: _Optional[str] = ..., key: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
+class RegisterDiskReplicasRequest(_message.Message):
+    __slots__ = ("client_id", "disk_segment_id", "entries")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DISK_SEGMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    disk_segment_id: str
+    entries: _containers.RepeatedCompositeFieldContainer[DiskReplicaEntry]
+    def __init__(self, client_id: _Optional[str] = ..., disk_segment_id: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[DiskReplicaEntry, _Mapping]]] = ...) -> None: ...

@@ -279,6 +279,26 @@ class MasterServiceStub:
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.FinishTaskRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.FetchDiskTasks = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/FetchDiskTasks',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.FetchDiskTasksRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.FetchDiskTasksResponse.FromString,
+                _registered_method=True)
+        self.FinishDiskTasks = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/FinishDiskTasks',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.FinishDiskTasksRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+                _registered_method=True)
+        self.RegisterDiskReplicas = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/RegisterDiskReplicas',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.RegisterDiskReplicasRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+                _registered_method=True)
+        self.DropDiskReplicas = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/DropDiskReplicas',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.RegisterDiskReplicasRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServiceServicer:
@@ -596,6 +616,34 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchDiskTasks(self, request, context):
+        """The disk tier, the owner's side: take the spills, promotions and file deletions the master
+        assigned to the caller's disk tiers, report the outcome of spills and promotions, and
+        re-register the complete files found in a tier directory at start.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FinishDiskTasks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterDiskReplicas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropDiskReplicas(self, request, context):
+        """Drop disk replicas whose files the owner found damaged (they can no longer be served).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -843,6 +891,26 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.FinishTask,
                     request_deserializer=mooncake__py_dot___proto_dot_master__pb2.FinishTaskRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.StatusResponse.SerializeToString,
+            ),
+            'FetchDiskTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchDiskTasks,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.FetchDiskTasksRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.FetchDiskTasksResponse.SerializeToString,
+            ),
+            'FinishDiskTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishDiskTasks,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.FinishDiskTasksRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.SerializeToString,
+            ),
+            'RegisterDiskReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterDiskReplicas,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.RegisterDiskReplicasRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.SerializeToString,
+            ),
+            'DropDiskReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropDiskReplicas,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.RegisterDiskReplicasRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -2168,6 +2236,114 @@ class MasterService:
             '/mooncake_py.v1.MasterService/FinishTask',
             mooncake__py_dot___proto_dot_master__pb2.FinishTaskRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchDiskTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/FetchDiskTasks',
+            mooncake__py_dot___proto_dot_master__pb2.FetchDiskTasksRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.FetchDiskTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishDiskTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/FinishDiskTasks',
+            mooncake__py_dot___proto_dot_master__pb2.FinishDiskTasksRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterDiskReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/RegisterDiskReplicas',
+            mooncake__py_dot___proto_dot_master__pb2.RegisterDiskReplicasRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropDiskReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/DropDiskReplicas',
+            mooncake__py_dot___proto_dot_master__pb2.RegisterDiskReplicasRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,6 +24,10 @@ from mooncake_py._wire.builders import frozen_builder
 from mooncake_py.errors import ErrorCode, InvalidParamsError
 from mooncake_py.types import (
     ClientStatus,
+    DiskReplicaEntry,
+    DiskTask,
+    DiskTaskBatch,
+    DiskTaskKind,
     KvSessionInfo,
     KvSessionPage,
     ObjectDataType,
@@ -155,6 +159,7 @@ def encode_replica(replica: ReplicaDescriptor) -> pb.ReplicaDescriptor:
         te_endpoint=replica.te_endpoint,
         host_id=replica.host_id,
         capability=replica.capability,
+        disk=replica.disk,
     )
 
 
@@ -173,6 +178,7 @@ def _add_replicas(field: Any, replicas: Iterable[ReplicaDescriptor]) -> None:
             te_endpoint=r.te_endpoint,
             host_id=r.host_id,
             capability=r.capability,
+            disk=r.disk,
         )
 
 
@@ -195,6 +201,7 @@ def decode_replica(m: pb.ReplicaDescriptor) -> ReplicaDescriptor:
         te_endpoint=m.te_endpoint,
         host_id=m.host_id,
         capability=m.capability,
+        disk=m.disk,
     )
 
 
@@ -283,7 +290,9 @@ def decode_count(message: pb.CountResponse) -> int:
 
 def encode_put_start(result: PutStartResult) -> pb.PutStartResponse:
     """One key's :class:`PutStartResult` to protobuf."""
-    message = pb.PutStartResponse(code=result.code, write_id=result.write_id)
+    message = pb.PutStartResponse(
+        code=result.code, write_id=result.write_id, retry_after_ms=result.retry_after_ms
+    )
     _add_replicas(message.replicas, result.replicas)
     return message
 
@@ -298,6 +307,7 @@ def decode_put_start(message: pb.PutStartResponse) -> PutStartResult:
         code=message.code,
         replicas=tuple(map(decode_replica, message.replicas)),
         write_id=message.write_id,
+        retry_after_ms=message.retry_after_ms,
     )
 
 
@@ -306,7 +316,10 @@ def encode_put_starts(results: Iterable[PutStartResult]) -> pb.BatchPutStartResp
     message = pb.BatchPutStartResponse()
     add = message.results.add
     for result in results:
-        _add_replicas(add(code=result.code, write_id=result.write_id).replicas, result.replicas)
+        entry = add(code=result.code, write_id=result.write_id)
+        if result.retry_after_ms:
+            entry.retry_after_ms = result.retry_after_ms
+        _add_replicas(entry.replicas, result.replicas)
     return message
 
 
@@ -592,3 +605,66 @@ def decode_start_task(message: pb.StartTaskResponse) -> StartTaskResult:
     source = decode_replica(message.source) if message.HasField("source") else None
     targets = tuple(decode_replica(r) for r in message.targets)
     return StartTaskResult(int(message.code), source, targets)
+
+
+# -- the disk tier ---------------------------------------------------------------------------
+
+
+def encode_disk_tasks(batch: DiskTaskBatch) -> pb.FetchDiskTasksResponse:
+    """What FetchDiskTasks hands out (it cannot fail)."""
+    message = pb.FetchDiskTasksResponse(code=0)
+    add_task = message.tasks.add
+    for task in batch.tasks:
+        add_task(
+            task_id=task.task_id,
+            kind=int(task.kind),
+            tenant_id=task.tenant,
+            key=task.key,
+            size=task.size,
+            memory_segment_id=task.memory_segment_id,
+            memory_offset=task.memory_offset,
+            disk_segment_id=task.disk_segment_id,
+            disk_offset=task.disk_offset,
+        )
+    add_deletes = message.deletes.add
+    for segment_id, offsets in batch.deletes:
+        add_deletes(disk_segment_id=segment_id, offsets=offsets)
+    return message
+
+
+def decode_disk_tasks(message: pb.FetchDiskTasksResponse) -> DiskTaskBatch:
+    """A FetchDiskTasksResponse to a :class:`DiskTaskBatch`; tasks of a kind this client does
+    not know are left out (nothing when the master answered an error)."""
+    if message.code:
+        return DiskTaskBatch()
+    kinds = {int(k): k for k in DiskTaskKind}
+    tasks = tuple(
+        DiskTask(
+            task_id=t.task_id,
+            kind=kinds[t.kind],
+            tenant=t.tenant_id,
+            key=t.key,
+            size=t.size,
+            memory_segment_id=t.memory_segment_id,
+            memory_offset=t.memory_offset,
+            disk_segment_id=t.disk_segment_id,
+            disk_offset=t.disk_offset,
+        )
+        for t in message.tasks
+        if t.kind in kinds
+    )
+    deletes = tuple((d.disk_segment_id, tuple(d.offsets)) for d in message.deletes)
+    return DiskTaskBatch(tasks, deletes)
+
+
+def encode_disk_entries(entries: Iterable[DiskReplicaEntry]) -> list[pb.DiskReplicaEntry]:
+    """Re-registered files to protobuf, in order."""
+    return [
+        pb.DiskReplicaEntry(tenant_id=e.tenant, key=e.key, offset=e.offset, size=e.size)
+        for e in entries
+    ]
+
+
+def decode_disk_entries(messages: Iterable[pb.DiskReplicaEntry]) -> list[DiskReplicaEntry]:
+    """Protobuf re-registered files to :class:`DiskReplicaEntry`, in order."""
+    return [DiskReplicaEntry(m.tenant_id, m.key, m.offset, m.size) for m in messages]

@@ -184,6 +184,8 @@ TASK_ID = Result(pb.TaskIdResponse, codec.encode_task_id, codec.decode_task_id)
 TASK_STATE = Result(pb.QueryTaskResponse, codec.encode_query_task, codec.decode_query_task)
 TASK_IDS = Result(pb.FetchTasksResponse, codec.encode_task_ids, codec.decode_task_ids)
 TASK_START = Result(pb.StartTaskResponse, codec.encode_start_task, codec.decode_start_task)
+DISK_TASKS = Result(pb.FetchDiskTasksResponse, codec.encode_disk_tasks, codec.decode_disk_tasks)
+DISK_ENTRIES = Field("entries", codec.decode_disk_entries, codec.encode_disk_entries)
 
 CONFIG = Field("config", codec.decode_config, codec.encode_config)
 PUT = Fields("client_id", "tenant_id", "key", "value_length", CONFIG, "attempt_id", defaults=(0,))
@@ -446,6 +448,34 @@ _ENTRIES = (
         "service.tasks.finish_task",
         Fields("client_id", "task_id", "succeeded", "message"),
         STATUS,
+    ),
+    # The disk tier, its owner's side.
+    Rpc(
+        "FetchDiskTasks",
+        "service.disk.fetch_disk_tasks",
+        Fields("client_id", "batch_size"),
+        DISK_TASKS,
+    ),
+    Rpc(
+        "FinishDiskTasks",
+        "service.disk.finish_disk_tasks",
+        Fields("client_id", "task_ids", "codes"),
+        CODES,
+        per_key="task_ids",
+    ),
+    Rpc(
+        "RegisterDiskReplicas",
+        "service.disk.register_disk_replicas",
+        Fields("client_id", "disk_segment_id", DISK_ENTRIES),
+        CODES,
+        per_key="entries",
+    ),
+    Rpc(
+        "DropDiskReplicas",
+        "service.disk.drop_disk_replicas",
+        Fields("client_id", "disk_segment_id", DISK_ENTRIES),
+        CODES,
+        per_key="entries",
     ),
 )
 

@@ -23,6 +23,7 @@ from mooncake_py.errors import ErrorCode
 from mooncake_py.master.service.facade import PingResult
 from mooncake_py.types import (
     ClientStatus,
+    DiskReplicaEntry,
     KvSessionInfo,
     KvSessionPage,
     ObjectDataType,
@@ -289,6 +290,14 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "FetchTasks": ("c", 16),
     "StartTask": ("c", "7d0b6f5e-0000-4000-8000-000000000001"),
     "FinishTask": ("c", "7d0b6f5e-0000-4000-8000-000000000001", True, "done"),
+    "FetchDiskTasks": ("c", 32),
+    "FinishDiskTasks": ("c", [1, 2], [0, -1103]),
+    "DropDiskReplicas": ("c", "disk-1", [DiskReplicaEntry("t", "k", 0, 4096)]),
+    "RegisterDiskReplicas": (
+        "c",
+        "disk-1",
+        [DiskReplicaEntry("t", "k", 0, 4096), DiskReplicaEntry("t", "k2", 4096, 10)],
+    ),
 }
 
 

@@ -1,0 +1,179 @@
+"""The space of one disk tier: a quota of bytes and a virtual address space that never reuses.
+
+A disk tier (a segment mounted with ``disk=True``) keeps each object's bytes in a file of its
+own on its owner's host. The master still names every disk replica by ``(segment, offset,
+size)``, like a memory replica, so the object table, the segment index, the capabilities and
+the replicated rows treat both alike. Here ``offset`` is a virtual address: each allocation
+takes the next ``size`` bytes after every earlier one, so ranges never overlap and an offset
+is never handed out twice. The offset therefore names the file for the tier's whole life, and a
+reader holding an old descriptor can never be served another object's bytes under it.
+
+:class:`DiskSpace` has the interface of :class:`~.allocator.OffsetAllocator` that the rest of
+the master uses (used and free bytes against the quota, allocate, free, restore, check); there
+is no fragmentation: ``largest_free_block`` is the free quota.
+
+Thread-safety: none; the master service serializes every call under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class DiskSpace:
+    """Allocations of one disk tier against its quota.
+
+    Args:
+        capacity: the quota in bytes (> 0).
+
+    Raises:
+        ValueError: ``capacity <= 0``.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self._capacity = capacity
+        self._allocations: dict[int, int] = {}
+        self._used = 0
+        self._next = 0
+
+    @property
+    def capacity(self) -> int:
+        """The quota in bytes."""
+        return self._capacity
+
+    @property
+    def alignment(self) -> int:
+        """1: sizes are held exactly."""
+        return 1
+
+    @property
+    def usable_capacity(self) -> int:
+        """The quota."""
+        return self._capacity
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes held by live allocations."""
+        return self._used
+
+    @property
+    def free_bytes(self) -> int:
+        """Quota not in use."""
+        return self._capacity - self._used
+
+    @property
+    def largest_free_block(self) -> int:
+        """The free quota: there is no fragmentation. O(1)."""
+        return self._capacity - self._used
+
+    @property
+    def allocation_count(self) -> int:
+        """Number of live allocations."""
+        return len(self._allocations)
+
+    @property
+    def next_offset(self) -> int:
+        """Where the next allocation starts (every offset below it was handed out once)."""
+        return self._next
+
+    def allocate(self, size: int) -> int | None:
+        """Reserve ``size`` bytes at a fresh offset; None when the quota has no room. O(1).
+
+        Raises:
+            ValueError: ``size <= 0``.
+        """
+        if size <= 0:
+            raise ValueError(f"size must be positive, got {size}")
+        if size > self._capacity - self._used:
+            return None
+        offset = self._next
+        self._next = offset + size
+        self._allocations[offset] = size
+        self._used += size
+        return offset
+
+    def claim(self, offset: int, size: int) -> bool:
+        """Hold ``[offset, offset + size)``, a range handed out before (a file a restarted owner
+        found): False when it is malformed, overlaps a live allocation's start, or the quota
+        has no room. Later allocations start past it. O(1).
+
+        A range that only overlaps the inside of another cannot be told apart in O(1); the
+        owner's files never do (their offsets came from one such space), and a forged claim
+        can only name the claimant's own files.
+        """
+        if offset < 0 or size <= 0 or offset in self._allocations:
+            return False
+        if size > self._capacity - self._used:
+            return False
+        self._allocations[offset] = size
+        self._used += size
+        self._next = max(self._next, offset + size)
+        return True
+
+    def free(self, offset: int) -> int:
+        """Release the allocation at ``offset``; returns its size. O(1).
+
+        Raises:
+            KeyError: no live allocation starts at ``offset``.
+        """
+        size = self._allocations.pop(offset)
+        self._used -= size
+        return size
+
+    def restore_allocations(self, allocations: Iterable[tuple[int, int]]) -> None:
+        """Hold exactly ``allocations`` (offset, size) in this fresh space, as another master's
+        space of the same tier held them; later allocations start past the last. O(n log n).
+
+        Raises:
+            ValueError: the space is not fresh, or a range is empty or overlaps another.
+        """
+        if self._allocations:
+            raise ValueError("restore_allocations needs a fresh space")
+        cursor = 0
+        for offset, size in sorted(allocations):
+            if size <= 0 or offset < cursor:
+                raise ValueError(f"range ({offset}, {size}) is empty or overlaps")
+            self._allocations[offset] = size
+            self._used += size
+            cursor = offset + size
+        self._next = cursor
+
+    def rounded(self, size: int) -> int:
+        """``size``: disk allocations are not rounded."""
+        return size
+
+    def allocations(self) -> list[tuple[int, int]]:
+        """Every live allocation as (offset, size). O(allocations)."""
+        return list(self._allocations.items())
+
+    def size_of(self, offset: int) -> int:
+        """The size of the allocation at ``offset``. O(1).
+
+        Raises:
+            KeyError: no live allocation starts at ``offset``.
+        """
+        try:
+            return self._allocations[offset]
+        except KeyError:
+            raise KeyError(f"no allocation at offset {offset}") from None
+
+    def check(self) -> None:
+        """Verify the invariants. O(n log n).
+
+        Raises:
+            AssertionError: ``used_bytes`` is stale, the quota is exceeded, ranges overlap, or
+                one lies at or past the next offset.
+        """
+        if sum(self._allocations.values()) != self._used:
+            raise AssertionError("used_bytes disagrees with the allocations")
+        if self._used > self._capacity:
+            raise AssertionError(f"{self._used} bytes used past the quota {self._capacity}")
+        cursor = 0
+        for offset, size in sorted(self._allocations.items()):
+            if size <= 0 or offset < cursor:
+                raise AssertionError(f"range ({offset}, {size}) is empty or overlaps")
+            cursor = offset + size
+        if cursor > self._next:
+            raise AssertionError(f"a range ends at {cursor}, past the next offset {self._next}")
