@@ -136,13 +136,26 @@ class ClientConfig:
             ``MOONCAKE_PY_PREFAULT_SEGMENT``; default on), so no write into it takes a page
             fault; setup then fails with INTERNAL_ERROR when the memory is not available
             (:mod:`mooncake_py.client.prefault`). Off: pages are allocated on first write.
+        enable_ssd_offload: keep a disk tier under this client's segment (env
+            ``MOONCAKE_OFFLOAD_ENABLED``): objects the master evicts from the segment are
+            written to files under ``ssd_offload_path`` and stay readable from there
+            (:mod:`mooncake_py.client.disk_tier_host`). Needs a segment.
+        ssd_offload_path: the disk tier's root directory (env
+            ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``); required with ``enable_ssd_offload``.
+        ssd_offload_quota: the tier's size in bytes (env
+            ``MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES``); 0: 90 % of the free space of its
+            filesystem at setup.
+        ssd_offload_fsync: sync every file before the master may serve it (env
+            ``MOONCAKE_PY_OFFLOAD_FSYNC``, default on). Off: a host crash may lose recent
+            files (a process crash never does; a torn file is never served either way).
 
     Raises:
         ClientConfigError: on construction, for a segment or buffer size outside
             [1 KiB, 1 TiB] (0 aside), a missing hostname or master address, a master address
             that is not ``host:port``, an unknown ``master_transport`` or a non-positive
             ``rpc_timeout_s``; a TLS file that is missing, a certificate without its key, or
-            a client contributing a segment under TLS without a certificate.
+            a client contributing a segment under TLS without a certificate; a disk tier
+            without ``ssd_offload_path``.
     """
 
     local_hostname: str = "127.0.0.1"
@@ -164,6 +177,10 @@ class ClientConfig:
     tls_server_name: str = ""
     tls_require_client_cert: bool = False
     prefault_segment: bool = True
+    enable_ssd_offload: bool = False
+    ssd_offload_path: str = ""
+    ssd_offload_quota: int = 0
+    ssd_offload_fsync: bool = True
 
     def __post_init__(self) -> None:
         for name in ("global_segment_size", "local_buffer_size"):
@@ -191,6 +208,10 @@ class ClientConfig:
             )
         if self.rpc_timeout_s <= 0:
             raise ClientConfigError("rpc_timeout_s must be positive")
+        if self.enable_ssd_offload and not self.ssd_offload_path:
+            raise ClientConfigError("enable_ssd_offload needs ssd_offload_path")
+        if self.ssd_offload_quota < 0:
+            raise ClientConfigError("ssd_offload_quota must be 0 or positive")
         tls = self.tls_config()
         if tls is not None and self.global_segment_size > 0 and not tls.has_identity:
             raise ClientConfigError(
@@ -242,11 +263,16 @@ class ClientConfig:
         for name, value in normalized.items():
             if name not in fields or value is None:
                 continue
-            if name in ("global_segment_size", "local_buffer_size"):
+            if name in ("global_segment_size", "local_buffer_size", "ssd_offload_quota"):
                 kwargs[name] = _read(parse_size, value, name)
-            elif name in ("force_tcp", "shared_segment", "tls_require_client_cert"):
+            elif name in (
+                "force_tcp",
+                "shared_segment",
+                "tls_require_client_cert",
+                "enable_ssd_offload",
+            ):
                 kwargs[name] = _read_flag(value, name)
-            elif name == "prefault_segment":
+            elif name in ("prefault_segment", "ssd_offload_fsync"):
                 kwargs[name] = _read_default_on_flag(value, name)
             elif name == "rpc_timeout_s":
                 kwargs[name] = float(value)
@@ -261,6 +287,17 @@ class ClientConfig:
             kwargs["prefault_segment"] = _read_default_on_flag(
                 os.environ.get(PREFAULT_ENV, ""), PREFAULT_ENV
             )
+        for variable, name in OFFLOAD_ENV.items():
+            if name not in kwargs and os.environ.get(variable):
+                text = os.environ[variable]
+                if name == "ssd_offload_quota":
+                    kwargs[name] = _read(parse_size, text, variable)
+                elif name == "enable_ssd_offload":
+                    kwargs[name] = _read_flag(text, variable)
+                elif name == "ssd_offload_fsync":
+                    kwargs[name] = _read_default_on_flag(text, variable)
+                else:
+                    kwargs[name] = text
         if "auth_token" not in kwargs and os.environ.get("MOONCAKE_AUTH_TOKEN"):
             kwargs["auth_token"] = os.environ["MOONCAKE_AUTH_TOKEN"]
         if "master_transport" not in kwargs and os.environ.get("MOONCAKE_PY_MASTER_TRANSPORT"):
@@ -303,6 +340,14 @@ TLS_ENV = {
     "MOONCAKE_PY_TLS_REQUIRE_CLIENT_CERT": "tls_require_client_cert",
 }
 """Environment variables of the TLS settings (below setup arguments and file keys)."""
+
+OFFLOAD_ENV = {
+    "MOONCAKE_OFFLOAD_ENABLED": "enable_ssd_offload",
+    "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": "ssd_offload_path",
+    "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES": "ssd_offload_quota",
+    "MOONCAKE_PY_OFFLOAD_FSYNC": "ssd_offload_fsync",
+}
+"""Environment variables of the disk tier's settings (below setup arguments and file keys)."""
 
 
 def setup_values_from_env() -> dict[str, Any]:

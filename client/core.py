@@ -41,18 +41,22 @@ from mooncake_py.types import PutStartResult, ReplicaListResult, ReplicateConfig
 
 from .config import ClientConfig
 from .data_plane import DataPlane, ReadItem, WriteItem
+from .disk_tier_host import DiskTierHost
 from .heartbeat import Heartbeat
 from .local_share import LocalShareServer
 from .master_rpc import MasterClient
 from .segment import LocalSegment, host_id
 from .task_worker import TaskWorker
 from .transfer import TransferServer
-from .transfer_server import PICK_FROM_UPSTREAM_PORTS
+from .transfer_server import PICK_FROM_UPSTREAM_PORTS, DiskSource
 
 log = logging.getLogger(__name__)
 
 OK = int(ErrorCode.OK)
 ALREADY_EXISTS = int(ErrorCode.OBJECT_ALREADY_EXISTS)
+NO_ROOM = int(ErrorCode.NO_AVAILABLE_HANDLE)
+ROOM_WAIT_S = 30.0
+"""How long a write waits for room while the master spills objects to disk tiers."""
 
 
 def _listen_host(local_hostname: str) -> str:
@@ -94,6 +98,7 @@ class ClientCore:
         self._segment_uuid = b""  # its id's 16 bytes, as transfer requests name it
         self._server: TransferServer | None = None
         self._segment_info: SegmentInfo | None = None
+        self.disk: DiskTierHost | None = None
         tls = config.tls_config()
         self.master = MasterClient(
             config.master_server_addr,
@@ -119,6 +124,8 @@ class ClientCore:
         if self._segment is not None:
             self.tasks = TaskWorker(self.master, self.client_id, self.data)
             self.tasks.start()
+        if self.disk is not None:
+            self.disk.start()
 
     @property
     def hostname(self) -> str:
@@ -128,8 +135,13 @@ class ClientCore:
         return self.config.local_hostname
 
     def segments(self) -> list[SegmentInfo]:
-        """The segments this client contributes (zero or one)."""
-        return [self._segment_info] if self._segment_info is not None else []
+        """The segments this client contributes: none, its memory segment, and its disk tier
+        when it keeps one."""
+        if self._segment_info is None:
+            return []
+        if self.disk is None:
+            return [self._segment_info]
+        return [self._segment_info, self.disk.info]
 
     def _join(self) -> None:
         self.master.service_ready()  # fails fast when the master is unreachable
@@ -168,14 +180,44 @@ class ClientCore:
             code = self.master.mount_segment(self.client_id, self._segment_info)
             if code != OK:
                 raise error_for(code, "mounting the segment failed")
+            if self.config.enable_ssd_offload:
+                self._join_disk_tier(segment)
+        elif self.config.enable_ssd_offload:
+            log.warning("enable_ssd_offload ignored: this client contributes no segment")
         code = self.master.remount_segments(self.client_id, self.segments())
         if code != OK:
             raise error_for(code, "registering with the master failed")
+        if self.disk is not None:
+            self.disk.register_found()
 
-    def _lookup_segment(self, segment_uuid: bytes) -> tuple[memoryview, bytes] | None:
+    def _join_disk_tier(self, segment: LocalSegment) -> None:
+        """Open the disk tier directory and mount it; a master that refuses disk tiers leaves
+        this client without one (and says so)."""
+        assert self._segment_info is not None and self._server is not None
+        disk = DiskTierHost(
+            self.master,
+            self.client_id,
+            segment.view,
+            segment.segment_id,
+            self.config.ssd_offload_path,
+            self.config.ssd_offload_quota or None,
+            self.config.ssd_offload_fsync,
+            self._segment_info.name,
+            self._server.endpoint,
+            self.host_id,
+        )
+        code = disk.mount()
+        if code != OK:
+            disk.close()
+            log.warning("the master refused the disk tier (code %d): evictions drop objects", code)
+            return
+        self.disk = disk
+
+    def _lookup_segment(self, segment_uuid: bytes) -> tuple[memoryview | DiskSource, bytes] | None:
         # Called for every transfer request: compare bytes, build no UUID objects.
         if segment_uuid != self._segment_uuid or self._segment is None:
-            return None
+            disk = self.disk
+            return None if disk is None else disk.lookup(segment_uuid)
         return self._segment.view, self._segment_key
 
     # -- writes ----------------------------------------------------------------------------
@@ -237,6 +279,33 @@ class ClientCore:
         return results
 
     def _start(
+        self, keys: Sequence[str], sizes: list[int], config: ReplicateConfig, upsert: bool
+    ) -> list[PutStartResult]:
+        """Start every key's write. Keys the master found no room for while it was spilling
+        objects to a disk tier (``retry_after_ms``) are started again after the wait it asks
+        for, for up to :data:`ROOM_WAIT_S`: a store with a disk tier under pressure makes
+        writes wait for room rather than fail."""
+        starts = self._start_once(keys, sizes, config, upsert)
+        deadline = 0.0
+        while True:
+            waiting = [i for i, s in enumerate(starts) if s.retry_after_ms and s.code == NO_ROOM]
+            if not waiting:
+                return starts
+            now = self._clock()
+            deadline = deadline or now + ROOM_WAIT_S
+            if now >= deadline:
+                return starts
+            time.sleep(max(starts[i].retry_after_ms for i in waiting) / 1000.0)
+            again = self._start_once(
+                [keys[i] for i in waiting],
+                [sizes[i] for i in waiting],
+                config_for_keys(config, waiting) if len(waiting) < len(keys) else config,
+                upsert,
+            )
+            for i, start in zip(waiting, again, strict=True):
+                starts[i] = start
+
+    def _start_once(
         self, keys: Sequence[str], sizes: list[int], config: ReplicateConfig, upsert: bool
     ) -> list[PutStartResult]:
         client, tenant = self.client_id, self.tenant
@@ -401,6 +470,9 @@ class ClientCore:
         tasks = getattr(self, "tasks", None)
         if tasks is not None:
             tasks.stop()
+        if self.disk is not None:
+            client_id = self.client_id
+            self.disk.close(lambda segment_id: self.master.unmount_segment(client_id, segment_id))
         if self._segment_info is not None:
             with contextlib.suppress(MooncakeError):
                 self.master.unmount_segment(self.client_id, self._segment_info.id)

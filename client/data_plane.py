@@ -334,7 +334,10 @@ def _copy_into_parts(parts: Sequence[memoryview], memory: memoryview) -> None:
 def _ordered_for_read(
     replicas: Sequence[ReplicaDescriptor], plane: DataPlane
 ) -> list[ReplicaDescriptor]:
-    """Replicas on this host first (cheapest path), then the rest in the master's order."""
-    if plane.force_tcp or len(replicas) < 2:
+    """Memory replicas before disk ones, and among those, replicas on this host first
+    (cheapest path), then the rest in the master's order."""
+    if len(replicas) < 2:
         return list(replicas)
-    return sorted(replicas, key=lambda r: r.host_id != plane.host_id)
+    if plane.force_tcp:
+        return sorted(replicas, key=lambda r: r.disk)
+    return sorted(replicas, key=lambda r: (r.disk, r.host_id != plane.host_id))

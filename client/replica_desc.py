@@ -4,10 +4,12 @@ Upstream's module registers ``ReplicaDescriptor`` (``status``, ``is_memory_repli
 ``is_disk_replica()``, ``is_local_disk_replica()``, ``get_memory_descriptor()``,
 ``get_disk_descriptor()``), ``MemoryDescriptor`` (``buffer_descriptor``), ``DiskDescriptor``
 (``file_path``, ``object_size``) and ``Descriptor`` (``size``, ``buffer_address``,
-``transport_endpoint``). The classes here have those names and members. This store keeps
-every replica in memory, so every descriptor is a memory replica; the disk accessors exist
-for code written against upstream (``is_disk_replica()`` is False, ``get_disk_descriptor()``
-raises as upstream does for a memory replica).
+``transport_endpoint``). The classes here have those names and members. A replica in a segment
+owner's disk tier (``enable_ssd_offload``) answers ``is_disk_replica()`` and
+``is_local_disk_replica()`` True and ``is_memory_replica()`` False, and has a
+:class:`DiskDescriptor` (``file_path`` names the owner and the file, ``owner:offset``);
+``get_memory_descriptor()`` / ``get_disk_descriptor()`` raise RuntimeError for the other kind,
+as upstream does.
 
 Descriptors are snapshots built from a GetReplicaList answer whose read lease was ended at
 once: they say where the bytes were, not that they are still there.
@@ -86,8 +88,8 @@ class MemoryDescriptor:
 
 
 class DiskDescriptor:
-    """A disk replica's location (upstream's ``DiskDescriptor``). This store has no disk
-    tier, so none is ever handed out; the class exists for code that names it.
+    """A disk replica's location (upstream's ``DiskDescriptor``): in the disk tier of the
+    segment owner ``file_path`` names (``owner segment name:16 hex digits of its offset``).
 
     Attributes:
         file_path: the file holding the object.
@@ -105,41 +107,61 @@ class DiskDescriptor:
 
 
 class ReplicaDescriptor:
-    """One replica of an object (upstream's ``ReplicaDescriptor``); always a memory replica.
+    """One replica of an object (upstream's ``ReplicaDescriptor``): in memory, or in its
+    segment owner's disk tier.
 
     Attributes:
         status: its :class:`~mooncake_py.ReplicaStatus` when the lookup answered
             (``COMPLETE`` for every replica a lookup returns).
     """
 
-    __slots__ = ("_memory", "status")
+    __slots__ = ("_memory", "_disk", "status")
 
-    def __init__(self, status: ReplicaStatus, memory: MemoryDescriptor) -> None:
+    def __init__(
+        self,
+        status: ReplicaStatus,
+        memory: MemoryDescriptor | None,
+        disk: DiskDescriptor | None = None,
+    ) -> None:
         self.status = status
         self._memory = memory
+        self._disk = disk
 
     def is_memory_replica(self) -> bool:
-        """True: every replica of this store is in memory."""
-        return True
+        """True for a replica in a memory segment."""
+        return self._memory is not None
 
     def is_disk_replica(self) -> bool:
-        """False: this store has no disk tier."""
-        return False
+        """True for a replica in a segment owner's disk tier."""
+        return self._disk is not None
 
     def is_local_disk_replica(self) -> bool:
-        """False: this store has no disk tier."""
-        return False
+        """True for a replica in a segment owner's disk tier (a client's local disk)."""
+        return self._disk is not None
 
     def get_memory_descriptor(self) -> MemoryDescriptor:
-        """Where the replica's bytes are."""
+        """Where the replica's bytes are in memory.
+
+        Raises:
+            RuntimeError: it is a disk replica, as upstream raises.
+        """
+        if self._memory is None:
+            raise RuntimeError("not a memory replica: it is in a disk tier")
         return self._memory
 
     def get_disk_descriptor(self) -> DiskDescriptor:
-        """Raises RuntimeError, as upstream does for a replica that is not on disk."""
-        raise RuntimeError("not a disk replica: this store keeps replicas in memory")
+        """Where the replica's bytes are on disk.
+
+        Raises:
+            RuntimeError: it is a memory replica, as upstream raises.
+        """
+        if self._disk is None:
+            raise RuntimeError("not a disk replica: it is in memory")
+        return self._disk
 
     def __repr__(self) -> str:
-        return f"<ReplicaDescriptor status={self.status.name} memory {self._memory!r}>"
+        where = f"memory {self._memory!r}" if self._memory is not None else f"disk {self._disk!r}"
+        return f"<ReplicaDescriptor status={self.status.name} {where}>"
 
 
 class SegmentDirectory:
@@ -162,6 +184,13 @@ class SegmentDirectory:
         return [self._descriptor(core, replica) for replica in located.replicas]
 
     def _descriptor(self, core: ClientCore, replica: WireReplica) -> ReplicaDescriptor:
+        try:
+            status = ReplicaStatus(replica.status)
+        except ValueError:
+            status = ReplicaStatus.UNDEFINED
+        if replica.disk:
+            path = f"{replica.segment_name}:{replica.offset:016x}"
+            return ReplicaDescriptor(status, None, DiskDescriptor(path, replica.size))
         base, protocol = self._segment(core, replica.segment_id)
         buffer = Descriptor(
             size=replica.size,
@@ -170,10 +199,6 @@ class SegmentDirectory:
             segment_name=replica.segment_name,
             protocol=protocol,
         )
-        try:
-            status = ReplicaStatus(replica.status)
-        except ValueError:
-            status = ReplicaStatus.UNDEFINED
         return ReplicaDescriptor(status, MemoryDescriptor(buffer))
 
     def _segment(self, core: ClientCore, segment_id: str) -> tuple[int, str]:

@@ -1,0 +1,278 @@
+"""A segment owner's disk tier: its directory, its mount, and the thread that runs its tasks.
+
+A client set up with ``enable_ssd_offload`` and a memory segment keeps a disk tier
+(:class:`DiskTierHost`):
+
+- it claims a tier directory under ``ssd_offload_path`` (:class:`~.disk_store.DiskStore`: files
+  found there from an earlier run are indexed) and mounts it with the master as a segment with
+  ``disk=True`` whose size is the quota (``ssd_offload_quota``, by default 90 % of the
+  filesystem's free space), under its own capability key;
+- it registers the files found (:meth:`DiskTierHost.register_found`), so objects written before a
+  restart are readable again; a file whose key the master already has, or that the tier cannot
+  hold, is deleted;
+- a thread polls the master for disk tasks (FetchDiskTasks): a *spill* writes an object from the
+  owner's own segment memory into a file (written, synced as configured, renamed: only complete
+  files are ever served), a *promotion* copies a file into a memory range reserved for it in the
+  segment; each outcome is reported (FinishDiskTasks). Deletions handed out with the tasks are
+  done first. Polls come every :data:`BUSY_POLL_S` while there is work, backing off to
+  :data:`IDLE_POLL_S` when there is none.
+- its transfer service serves READ requests on the disk segment from the files
+  (:meth:`~.disk_store.DiskStore.read_range`), under the master's capabilities as for memory.
+
+Thread-safety: :meth:`start` and :meth:`close` from the owning thread; the poller runs on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+
+from mooncake_py.capability import new_segment_key
+from mooncake_py.errors import ErrorCode, MooncakeError
+from mooncake_py.types import (
+    DiskReplicaEntry,
+    DiskTask,
+    DiskTaskKind,
+    SegmentInfo,
+)
+
+from .disk_store import DiskStore, DiskWrite
+from .master_rpc import MasterClient
+from .transfer_server import DiskSource
+
+log = logging.getLogger(__name__)
+
+BUSY_POLL_S = 0.002
+"""Pause between two polls while the master hands out work."""
+IDLE_POLL_S = 0.05
+"""Longest pause between two polls when there is none."""
+FETCH_BATCH = 64
+"""Disk tasks asked for per poll."""
+REGISTER_CHUNK = 2048
+"""Files registered per RegisterDiskReplicas call."""
+DEFAULT_QUOTA_SHARE = 0.9
+"""Share of the filesystem's free space a tier takes when no quota is configured."""
+
+_OK = int(ErrorCode.OK)
+
+
+def default_quota(path: str) -> int:
+    """:data:`DEFAULT_QUOTA_SHARE` of the free space of the filesystem holding ``path``."""
+    os.makedirs(path, exist_ok=True)
+    return max(1, int(shutil.disk_usage(path).free * DEFAULT_QUOTA_SHARE))
+
+
+class DiskTierHost:
+    """One owner's disk tier (see the module docstring).
+
+    Args:
+        master: the owner's master connection.
+        client_id: the owner's client id.
+        memory: the owner's segment memory (the source of spills, the target of promotions).
+        memory_segment_id: that segment's id.
+        path: ``ssd_offload_path``.
+        quota_bytes: the tier's size; None for :func:`default_quota`.
+        fsync: sync each file (and the directory once per batch) before reporting it done.
+        name, endpoint, host_id: as the memory segment's (the same transfer service serves
+            both).
+
+    Raises:
+        OSError: the directory cannot be created, locked or read.
+    """
+
+    def __init__(
+        self,
+        master: MasterClient,
+        client_id: str,
+        memory: memoryview,
+        memory_segment_id: str,
+        path: str,
+        quota_bytes: int | None,
+        fsync: bool,
+        name: str,
+        endpoint: str,
+        host_id: str,
+    ) -> None:
+        self._master = master
+        self._client_id = client_id
+        self._memory = memory
+        self._memory_segment_id = memory_segment_id
+        quota = quota_bytes if quota_bytes else default_quota(path)
+        self.store = DiskStore(path, fsync=fsync, capacity_bytes=quota)
+        self.key = new_segment_key()
+        segment_id = str(uuid.uuid4())
+        self.segment_uuid = uuid.UUID(segment_id).bytes
+        self.info = SegmentInfo(
+            id=segment_id,
+            name=name,
+            base=0,
+            size=quota,
+            te_endpoint=endpoint,
+            host_id=host_id,
+            capability_key=self.key,
+            disk=True,
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mooncake-disk", daemon=True)
+        self.spilled = 0  # files written for the master, for tests and metrics
+        self.promoted = 0
+        self.deleted = 0
+        self.failed = 0
+
+    # -- joining ---------------------------------------------------------------------------
+
+    def mount(self) -> int:
+        """Mount the tier with the master; 0 or the master's code (UNABLE_OFFLOAD when the
+        master refuses disk tiers)."""
+        return int(self._master.mount_segment(self._client_id, self.info))
+
+    def register_found(self) -> tuple[int, int]:
+        """Register every file the tier directory holds; delete the ones the master refuses.
+
+        Returns:
+            (registered, refused).
+        Raises:
+            MooncakeError: the master could not be reached.
+        """
+        entries = self.store.entries()
+        registered = refused = 0
+        for start in range(0, len(entries), REGISTER_CHUNK):
+            chunk = entries[start : start + REGISTER_CHUNK]
+            codes = self._master.register_disk_replicas(
+                self._client_id,
+                self.info.id,
+                [DiskReplicaEntry(e.tenant, e.key, e.offset, e.size) for e in chunk],
+            )
+            doomed = [e.offset for e, code in zip(chunk, codes, strict=True) if code != _OK]
+            registered += len(chunk) - len(doomed)
+            refused += len(doomed)
+            if doomed:
+                self.store.delete(doomed)
+        if entries:
+            log.info("disk tier %s: %d objects found again", self.store.directory, registered)
+        return registered, refused
+
+    def start(self) -> None:
+        """Start running disk tasks."""
+        self._thread.start()
+
+    def lookup(self, segment_uuid: bytes) -> tuple[memoryview | DiskSource, bytes] | None:
+        """The transfer service's view of the tier (see :data:`~.transfer_server.SegmentLookup`)."""
+        if segment_uuid != self.segment_uuid:
+            return None
+        return self.store, self.key
+
+    # -- the poller ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        pause = BUSY_POLL_S
+        while not self._stop.wait(pause):
+            try:
+                worked = self.run_once()
+            except MooncakeError as exc:
+                log.debug("disk task poll failed: %s", exc)
+                worked = False
+            except Exception:  # never let the tier's thread die of one bad task
+                log.exception("disk task poll failed")
+                worked = False
+            pause = BUSY_POLL_S if worked else min(IDLE_POLL_S, pause * 2)
+
+    def run_once(self) -> bool:
+        """Fetch and run one batch of disk tasks; True when there was anything to do.
+
+        Raises:
+            MooncakeError: the master could not be reached.
+        """
+        batch = self._master.fetch_disk_tasks(self._client_id, FETCH_BATCH)
+        for segment_id, offsets in batch.deletes:
+            if segment_id == self.info.id:
+                self.deleted += self.store.delete(offsets)
+        damaged = self.store.take_quarantined()
+        if damaged:
+            # Files a read found torn or corrupt: the master stops handing out their replicas.
+            self._master.drop_disk_replicas(
+                self._client_id,
+                self.info.id,
+                [DiskReplicaEntry(e.tenant, e.key, e.offset, e.size) for e in damaged],
+            )
+        if not batch.tasks:
+            return bool(batch.deletes or damaged)
+        spills = [t for t in batch.tasks if t.kind is DiskTaskKind.SPILL]
+        promotions = [t for t in batch.tasks if t.kind is DiskTaskKind.PROMOTE]
+        ids: list[int] = []
+        codes: list[int] = []
+        if spills:
+            ids += [t.task_id for t in spills]
+            codes += self._spill(spills)
+        for task in promotions:
+            ids.append(task.task_id)
+            codes.append(self._promote(task))
+        self.failed += sum(1 for c in codes if c != _OK)
+        answers = self._master.finish_disk_tasks(self._client_id, ids, codes)
+        # A spill the master no longer knows (it expired, or a new master took over) wrote a
+        # file nobody will read: it goes, so the tier's files and the master's ranges agree.
+        stray = [
+            t.disk_offset
+            for t, code, answer in zip(spills, codes, answers, strict=False)
+            if code == _OK and answer != _OK
+        ]
+        if stray:
+            self.store.delete(stray)
+        return True
+
+    def _memory_range(self, task: DiskTask) -> memoryview | None:
+        if task.memory_segment_id != self._memory_segment_id:
+            return None
+        end = task.memory_offset + task.size
+        if task.memory_offset < 0 or end > len(self._memory):
+            return None
+        return self._memory[task.memory_offset : end]
+
+    def _spill(self, tasks: Sequence[DiskTask]) -> list[int]:
+        """Write every spill's bytes to its file, in one batch (one directory sync)."""
+        codes = [int(ErrorCode.INVALID_PARAMS)] * len(tasks)
+        writes: list[DiskWrite] = []
+        positions: list[int] = []
+        for i, task in enumerate(tasks):
+            view = self._memory_range(task)
+            if view is None or task.disk_segment_id != self.info.id:
+                continue
+            writes.append(DiskWrite(task.disk_offset, task.tenant, task.key, view))
+            positions.append(i)
+        if writes:
+            for i, code in zip(positions, self.store.write_batch(writes), strict=True):
+                codes[i] = code
+        self.spilled += sum(1 for c in codes if c == _OK)
+        return codes
+
+    def _promote(self, task: DiskTask) -> int:
+        """Copy a file into the memory range reserved for it."""
+        view = self._memory_range(task)
+        if view is None or task.disk_segment_id != self.info.id:
+            return int(ErrorCode.INVALID_PARAMS)
+        code = self.store.read_into(
+            task.disk_offset, task.size, view, tenant=task.tenant, key=task.key
+        )
+        if code == _OK:
+            self.promoted += 1
+        return code
+
+    # -- leaving ---------------------------------------------------------------------------
+
+    def close(self, unmount: Callable[[str], object] | None = None) -> None:
+        """Stop the poller (a batch in progress finishes first), unmount the tier with
+        ``unmount`` when given, release the directory. The files stay: a restarted owner finds
+        them. Never raises."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        if unmount is not None:
+            try:
+                unmount(self.info.id)
+            except MooncakeError as exc:
+                log.debug("unmounting the disk tier failed: %s", exc)
+        self.store.close()
