@@ -116,7 +116,11 @@ class ClientCore:
             self.close()
             raise
         self.heartbeat = Heartbeat(
-            self.master, self.client_id, self.segments, housekeeping=self.data.prune_dead_peers
+            self.master,
+            self.client_id,
+            self.segments,
+            housekeeping=self.data.prune_dead_peers,
+            on_remounted=None if self.disk is None else self.disk.register_found,
         )
         self.heartbeat.start()
         # A client holding a segment does the replica tasks assigned to it (it has the bytes).

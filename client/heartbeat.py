@@ -41,6 +41,8 @@ class Heartbeat:
         segments: returns the segments to remount.
         interval_s: seconds between pings.
         housekeeping: called after each ping (local cleanup that needs no master).
+        on_remounted: called after a remount the master accepted (a disk tier re-registers
+            its files: the master may have forgotten them); its errors are logged.
     """
 
     def __init__(
@@ -50,11 +52,13 @@ class Heartbeat:
         segments: Callable[[], Sequence[SegmentInfo]],
         interval_s: float = PING_INTERVAL_S,
         housekeeping: Callable[[], object] | None = None,
+        on_remounted: Callable[[], object] | None = None,
     ) -> None:
         self._master = master
         self._client_id = client_id
         self._segments = segments
         self._housekeeping = housekeeping
+        self._on_remounted = on_remounted
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._failures = 0
@@ -81,6 +85,8 @@ class Heartbeat:
                 code = self._master.remount_segments(self._client_id, self._segments())
                 self.remounts += 1
                 log.info("remounted segments (code %d)", code)
+                if code == 0 and self._on_remounted is not None:
+                    self._on_remounted()
         except MooncakeError as exc:
             self._failures += 1
             self.master_reachable = False

@@ -98,9 +98,11 @@ class DiskTierService:
         disk replica at each file's range (in its tier's LRU, newest last).
 
         Returns:
-            Per entry: OK; OBJECT_ALREADY_EXISTS when the key has an object (the file is an old
-            value: the owner deletes it); INVALID_PARAMS for a malformed entry, a range the
-            tier cannot hold (overlap, quota), or a tier that is not the caller's disk tier;
+            Per entry: OK (also when this file already backs the object: registering again
+            changes nothing); OBJECT_ALREADY_EXISTS when the key has another object (the file
+            is an old value: the owner deletes it); INVALID_PARAMS for a malformed entry, a
+            range the tier cannot hold (overlap, quota), or a tier that is not the caller's
+            disk tier;
             ILLEGAL_CLIENT for a tenant whose objects the tier may not hold. More than
             :data:`MAX_DISK_ENTRIES` entries: INVALID_PARAMS for each.
         Complexity: O(entries).
@@ -123,8 +125,15 @@ class DiskTierService:
                 if not tier.usable_by(tenant):
                     results.append(int(ErrorCode.ILLEGAL_CLIENT))
                     continue
-                if state.objects.get((tenant, entry.key)) is not None:
-                    results.append(int(ErrorCode.OBJECT_ALREADY_EXISTS))
+                existing = state.objects.get((tenant, entry.key))
+                if existing is not None:
+                    # This very file already backs the object (a remount of a tier the master
+                    # kept): registered. Any other object under the key is newer than the file.
+                    same = any(
+                        r.segment_id == segment_id and r.offset == entry.offset
+                        for r in existing.replicas
+                    )
+                    results.append(int(ErrorCode.OK if same else ErrorCode.OBJECT_ALREADY_EXISTS))
                     continue
                 if not state.segments.claim_disk(tier, entry.offset, entry.size):
                     results.append(invalid)

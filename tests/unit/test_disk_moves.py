@@ -225,6 +225,8 @@ def test_registered_files_come_back_as_disk_objects() -> None:
         ErrorCode.INVALID_PARAMS,
     ]
     assert tiers_of(service, "a") == ["disk"]
+    # Registering the same file again (a remount of a tier the master kept) changes nothing.
+    assert service.disk.register_disk_replicas(OWNER, DISK, entries[:1]) == [OK]
     # Only the tier's owner registers into it.
     assert service.disk.register_disk_replicas("other", DISK, entries[:1]) == [
         ErrorCode.INVALID_PARAMS
