@@ -151,7 +151,9 @@ def restore_sliced(
     # Every range freed soon after the restore is held too (a reader of the old leader may
     # still be copying an object removed right after it).
     hold_s = quarantine_s if free_hold_s is None else free_hold_s
-    holds.floor_ms = max(holds.floor_ms, times.wall_ms + round(hold_s * 1000))
+    if rows or any(image.ranges.values()):
+        # (An empty image had no reader to protect: a fresh start frees at once.)
+        holds.floor_ms = max(holds.floor_ms, times.wall_ms + round(hold_s * 1000))
     restored = dropped = 0
     disks = state.segments.has_disks
     for index, row in enumerate(rows):

@@ -96,6 +96,14 @@ class Worker:
             "exclusive_bytes": info.exclusive_bytes,
         }
 
+    def op_tiers(self, keys: list[str]) -> list[list[str]]:
+        """Per key, the tiers of its replicas ("memory" / "disk"; none when missing)."""
+        found = self.store.batch_get_replica_desc(keys)
+        return [
+            ["disk" if d.is_disk_replica() else "memory" for d in found.get(key, [])]
+            for key in keys
+        ]
+
     def op_hostname(self) -> str:
         """The name of this process's segment."""
         return self.store.get_hostname()
