@@ -73,6 +73,7 @@ class Evictor:
         # Where victims go instead of away when their owner has a disk tier.
         self._disk = disk
         self.allocation_failed = False  # set by a failed write: evict even below the watermark
+        self.room_coming = False  # see allocate_evicting
         self._spared: set[Hashable] = set()
         # Where the last pass's ordinary stage stopped, valid while no pin has ended.
         self._pass_cursor = -1
@@ -244,8 +245,11 @@ class Evictor:
 
         Returns:
             The allocations, or [] when no evictable object could make room (the next
-            background pass then runs even below the watermark).
+            background pass then runs even below the watermark). After [], :attr:`room_coming`
+            says whether spills in flight are freeing memory the value could fit in (the
+            writer may retry soon) rather than none being able to.
         """
+        self.room_coming = False
         segments = self._state.segments
         allocations = segments.allocate(request)
         if allocations:
@@ -259,6 +263,11 @@ class Evictor:
         # may use, can ever make room for it.
         usable = segments.usable_by(request.tenant)
         usable_ids = frozenset(m.info.id for m in usable)
+        if segments.has_disks:
+            # A disk replica frees no memory: it neither helps nor forbids evicting its object.
+            usable_ids |= frozenset(
+                d.info.id for d in segments.disk_segments() if d.usable_by(request.tenant)
+            )
         useful = frozenset(m.info.id for m in usable if m.allocator.usable_capacity >= request.size)
         if not useful:
             return []  # could never fit: evicting would only lose data
@@ -298,6 +307,7 @@ class Evictor:
                     # for it now.
                     self._state.counters.alloc_failures += 1
                     self.allocation_failed = True
+                    self.room_coming = True
                     return []
                 if selection.exhausted:
                     if wrapped:
@@ -314,6 +324,7 @@ class Evictor:
                     return allocations
         self._state.counters.alloc_failures += 1
         self.allocation_failed = True
+        self.room_coming = self._state.disk.spilling_count > 0
         return []
 
     def _evict_on_segments(

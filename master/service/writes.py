@@ -258,7 +258,7 @@ class WritePath:
     def _no_room(self) -> PutStartResult:
         """NO_AVAILABLE_HANDLE, with how long to wait when spills in flight are freeing
         memory."""
-        if self._state.disk.spilling_count:
+        if self._evictor.room_coming:
             return PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE, retry_after_ms=RETRY_AFTER_MS)
         return _NO_ROOM
 

@@ -313,3 +313,38 @@ def test_seeded_stress_keeps_every_invariant(seed: int) -> None:
             service.remove_all("", force=True)
         service.check()
     assert service.stats()["spilled_objects"] > 0
+
+
+def test_a_value_that_can_never_fit_is_not_told_to_retry() -> None:
+    service, clock = service_with_tier()
+    fill(service, 8)
+    service.evict_once(clock())
+    assert service.stats()["spills_in_flight"] > 0
+    start = service.put_start("w", "", "huge", 1 << 20, ReplicateConfig())
+    assert start.code == ErrorCode.NO_AVAILABLE_HANDLE
+    assert start.retry_after_ms == 0
+
+
+def test_a_write_drops_the_memory_of_objects_already_on_disk_at_once() -> None:
+    service, clock = service_with_tier()
+    fill(service, 8)
+    service.evict_once(clock())
+    run_tasks(service)
+    # Promote every disk-only object while there is room, so each is in both tiers.
+    for i in range(8):
+        if tiers_of(service, f"k{i}") == ["disk"]:
+            found = service.reads.get_replica_list("", f"k{i}", "r")
+            service.reads.end_reads("r", [found.read_id])
+            run_tasks(service)
+    both = [i for i in range(8) if tiers_of(service, f"k{i}") == ["disk", "memory"]]
+    assert both
+    for i in range(8):  # only objects in both tiers are left as candidates
+        if i not in both:
+            service.remove("", f"k{i}", force=True)
+    # Filling the segment, writes make room from those at once: no spill, no wait.
+    for n in range(16):
+        if put(service, f"new{n}") != OK:
+            break  # only memory-only objects are left: they must spill first
+    assert service.stats()["demoted_objects"] == len(both)
+    assert all(tiers_of(service, f"k{i}") in (["disk"], ["disk", "memory"]) for i in both)
+    service.check()
