@@ -187,6 +187,17 @@ class QueryCalls(ClientPart):
         raise_for(count)
         return count
 
+    def batch_demote(self, keys: Sequence[str]) -> BatchResult[None]:
+        """Move each key from memory to its owner's disk tier now (an operator's demotion:
+        the master spills it, or drops its memory when it is on disk already); it stays
+        readable throughout. Per key: OK, or NotFoundError, BusyError (being written or
+        read), NotSupportedError (UNABLE_OFFLOAD: no disk tier may hold it)."""
+        core = self._joined()
+        check_keys(keys)
+        if not keys:
+            return BatchResult.of_codes(keys, [])
+        return BatchResult.of_codes(keys, core.master.demote_objects(core.tenant, keys))
+
     def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> list[str]:
         """Drop this client's own objects that nothing holds (upstream's
         ``batch_replica_clear``): with no ``segment_name`` the whole object, when every

@@ -297,6 +297,10 @@ class AsyncClient(Offloader):
         """Coroutine of :meth:`~mooncake_py.Client.remove_all`."""
         return await self._run(self._client.remove_all, force)
 
+    async def batch_demote(self, keys: Sequence[str]) -> BatchResult[None]:
+        """Coroutine of :meth:`~mooncake_py.Client.batch_demote`."""
+        return await self._run(self._client.batch_demote, keys)
+
     async def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> list[str]:
         """Coroutine of :meth:`~mooncake_py.Client.batch_replica_clear`."""
         return await self._run(self._client.batch_replica_clear, keys, segment_name)

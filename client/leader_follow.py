@@ -145,6 +145,7 @@ RETRY_POLICY: dict[str, tuple[bool, str]] = {
     "FetchDiskTasks": (_ONLY_UNSENT, "hands tasks and deletions out, never again"),
     "FinishDiskTasks": (_ONLY_UNSENT, "a repeat answers TASK_NOT_FOUND for a finish that worked"),
     "RegisterDiskReplicas": (_ONLY_UNSENT, "a repeat answers OBJECT_ALREADY_EXISTS"),
+    "DemoteObjects": (_IDEMPOTENT, "a repeat finds the objects on disk already"),
     "DropDiskReplicas": (_IDEMPOTENT, "a repeat finds the replicas gone and changes nothing"),
 }
 """Per RPC: (retried on any transport failure, why). An RPC missing here is treated as not

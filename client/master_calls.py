@@ -340,6 +340,10 @@ class MasterCalls(_Caller):
         """RegisterDiskReplicas: per file found in a disk tier, 0 or why the master refused it."""
         return self.call("RegisterDiskReplicas", client_id, segment_id, entries)
 
+    def demote_objects(self, tenant: str, keys: Sequence[str]) -> list[int]:
+        """DemoteObjects: per key, 0 (on its way to disk, or there) or why not."""
+        return self.call("DemoteObjects", tenant, keys)
+
     def drop_disk_replicas(
         self, client_id: str, segment_id: str, entries: Sequence[DiskReplicaEntry]
     ) -> list[int]:

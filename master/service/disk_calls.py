@@ -27,6 +27,7 @@ from ..state.disk_tier import DiskTaskRecord
 from ..state.objects import ObjectMetadata, Replica, valid_key
 from .context import ServiceContext
 from .disk_moves import DiskMoves
+from .slices import Steps, drive, map_in_slices
 
 MAX_DISK_TASK_FETCH = 256
 """Tasks one FetchDiskTasks call hands out at most."""
@@ -194,6 +195,47 @@ class DiskTierService:
                 state.release_replicas(meta, doomed, now)
                 results.append(int(ErrorCode.OK))
             return results
+
+    def demote_objects(self, tenant: str, keys: Sequence[str]) -> list[int]:
+        """See :meth:`demote_objects_sliced`; all slices back to back."""
+        return drive(self.demote_objects_sliced(tenant, keys))
+
+    def demote_objects_sliced(self, tenant: str, keys: Sequence[str]) -> Steps[list[int]]:
+        """An operator's demotion of ``tenant``'s ``keys``: each goes from memory to its
+        owner's disk tier now, as if eviction had picked it (a spill starts, or its memory is
+        dropped at once when it has a disk copy already); its bytes stay readable throughout.
+
+        Returns:
+            Per key: OK (on disk, or on its way); OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY
+            while it is being written; OBJECT_HAS_LEASE while a reader copies it;
+            UNABLE_OFFLOAD when no disk tier may hold it (none on its memory's owner, not
+            usable by its tenant, full of objects that cannot go, or paused after a failed
+            spill); every key INVALID_PARAMS for a bad tenant or over ``max_batch_keys``.
+        Complexity: O(keys × replicas), plus a full tier's bounded eviction, in slices.
+        """
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or len(keys) > self._state.config.max_batch_keys:
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        scope: str = resolved
+        state = self._state
+        moves = self._moves
+
+        def step(_: int, key: str, now: float) -> int:
+            meta = state.objects.get((scope, key))
+            if meta is None:
+                return int(
+                    ErrorCode.INVALID_PARAMS if not valid_key(key) else ErrorCode.OBJECT_NOT_FOUND
+                )
+            if meta.is_writing() or not meta.is_readable():
+                return int(ErrorCode.REPLICA_IS_NOT_READY)
+            if state.reads.is_read(meta):
+                return int(ErrorCode.OBJECT_HAS_LEASE)
+            if not state.memory_replicas(meta) or moves.demote(meta, now):
+                state.counters.operator_demotions += 1
+                return int(ErrorCode.OK)
+            return int(ErrorCode.UNABLE_OFFLOAD)
+
+        return (yield from map_in_slices(self._lock, keys, self._clock, step))
 
     def expire_disk_tasks(self, now: float) -> int:
         """Fail the disk tasks whose deadline passed (a background step); returns how many."""

@@ -66,7 +66,7 @@ class Counters:
     dropped because a disk copy existed), ``promotions_started`` / ``promoted_objects`` /
     ``promotion_failures`` (disk to memory), ``disk_evicted_objects`` (objects a full tier
     dropped) and ``disk_evicted_bytes`` (disk replicas a full tier dropped), ``disk_hits``
-    (keys read while only on disk).
+    (keys read while only on disk), ``operator_demotions`` (DemoteObjects keys answered OK).
 
     Thread-safety: none; changed and read under the service lock.
     """
@@ -106,6 +106,7 @@ class Counters:
     disk_evicted_objects: int = 0
     disk_evicted_bytes: int = 0
     disk_hits: int = 0
+    operator_demotions: int = 0
 
 
 _GONE_SEGMENT = SegmentInfo(id="", name="", base=1, size=1, te_endpoint="")

@@ -763,6 +763,14 @@ class DiskReplicaEntry(_message.Message):
     size: int
     def __init__(self, tenant_id: _Optional[str] = ..., key: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
+class DemoteObjectsRequest(_message.Message):
+    __slots__ = ("tenant_id", "keys")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class RegisterDiskReplicasRequest(_message.Message):
     __slots__ = ("client_id", "disk_segment_id", "entries")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]

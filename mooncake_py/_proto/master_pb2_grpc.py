@@ -299,6 +299,11 @@ class MasterServiceStub:
                 request_serializer=mooncake__py_dot___proto_dot_master__pb2.RegisterDiskReplicasRequest.SerializeToString,
                 response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
                 _registered_method=True)
+        self.DemoteObjects = channel.unary_unary(
+                '/mooncake_py.v1.MasterService/DemoteObjects',
+                request_serializer=mooncake__py_dot___proto_dot_master__pb2.DemoteObjectsRequest.SerializeToString,
+                response_deserializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServiceServicer:
@@ -644,6 +649,13 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DemoteObjects(self, request, context):
+        """An operator's demotion: move objects from memory to their owners' disk tiers now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -910,6 +922,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
             'DropDiskReplicas': grpc.unary_unary_rpc_method_handler(
                     servicer.DropDiskReplicas,
                     request_deserializer=mooncake__py_dot___proto_dot_master__pb2.RegisterDiskReplicasRequest.FromString,
+                    response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.SerializeToString,
+            ),
+            'DemoteObjects': grpc.unary_unary_rpc_method_handler(
+                    servicer.DemoteObjects,
+                    request_deserializer=mooncake__py_dot___proto_dot_master__pb2.DemoteObjectsRequest.FromString,
                     response_serializer=mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.SerializeToString,
             ),
     }
@@ -2343,6 +2360,33 @@ class MasterService:
             target,
             '/mooncake_py.v1.MasterService/DropDiskReplicas',
             mooncake__py_dot___proto_dot_master__pb2.RegisterDiskReplicasRequest.SerializeToString,
+            mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DemoteObjects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mooncake_py.v1.MasterService/DemoteObjects',
+            mooncake__py_dot___proto_dot_master__pb2.DemoteObjectsRequest.SerializeToString,
             mooncake__py_dot___proto_dot_master__pb2.BatchStatusResponse.FromString,
             options,
             channel_credentials,

@@ -471,6 +471,14 @@ _ENTRIES = (
         per_key="entries",
     ),
     Rpc(
+        "DemoteObjects",
+        "service.disk.demote_objects_sliced",
+        Fields("tenant_id", "keys"),
+        CODES,
+        per_key="keys",
+        sliced=True,
+    ),
+    Rpc(
         "DropDiskReplicas",
         "service.disk.drop_disk_replicas",
         Fields("client_id", "disk_segment_id", DISK_ENTRIES),

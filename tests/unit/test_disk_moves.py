@@ -348,3 +348,23 @@ def test_a_write_drops_the_memory_of_objects_already_on_disk_at_once() -> None:
     assert service.stats()["demoted_objects"] == len(both)
     assert all(tiers_of(service, f"k{i}") in (["disk"], ["disk", "memory"]) for i in both)
     service.check()
+
+
+def test_an_operator_demotes_objects_to_disk() -> None:
+    service, _ = service_with_tier()
+    assert put(service, "cold") == OK and put(service, "busy") == OK
+    found = service.reads.get_replica_list("", "busy", "r")
+    codes = service.disk.demote_objects("", ["cold", "busy", "absent"])
+    assert codes == [OK, ErrorCode.OBJECT_HAS_LEASE, ErrorCode.OBJECT_NOT_FOUND]
+    assert run_tasks(service) == [DiskTaskKind.SPILL]
+    assert tiers_of(service, "cold") == ["disk"]
+    assert service.disk.demote_objects("", ["cold"]) == [OK]  # on disk already
+    service.reads.end_reads("r", [found.read_id])
+    service.check()
+    # Without a tier nothing can take it.
+    plain = MasterService(MasterConfig(), clock=FakeClock(1.0))
+    info = SegmentInfo("m", "host:2", 0x1000, 1 << 20, "127.0.0.1:1")
+    assert plain.mount_segment("c", info) == OK
+    start = plain.put_start("w", "", "x", 100, ReplicateConfig())
+    assert plain.put_end("w", "", "x", start.write_id) == OK
+    assert plain.disk.demote_objects("", ["x"]) == [ErrorCode.UNABLE_OFFLOAD]

@@ -292,6 +292,7 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "FinishTask": ("c", "7d0b6f5e-0000-4000-8000-000000000001", True, "done"),
     "FetchDiskTasks": ("c", 32),
     "FinishDiskTasks": ("c", [1, 2], [0, -1103]),
+    "DemoteObjects": ("t", ["a", "b"]),
     "DropDiskReplicas": ("c", "disk-1", [DiskReplicaEntry("t", "k", 0, 4096)]),
     "RegisterDiskReplicas": (
         "c",
