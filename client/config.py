@@ -141,7 +141,8 @@ class ClientConfig:
             written to files under ``ssd_offload_path`` and stay readable from there
             (:mod:`mooncake_py.client.disk_tier_host`). Needs a segment.
         ssd_offload_path: the disk tier's root directory (env
-            ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``); required with ``enable_ssd_offload``.
+            ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``); upstream's default,
+            :data:`DEFAULT_OFFLOAD_PATH`, when the tier is on and neither names one.
         ssd_offload_quota: the tier's size in bytes (env
             ``MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES``); 0: 90 % of the free space of its
             filesystem at setup.
@@ -154,8 +155,8 @@ class ClientConfig:
             [1 KiB, 1 TiB] (0 aside), a missing hostname or master address, a master address
             that is not ``host:port``, an unknown ``master_transport`` or a non-positive
             ``rpc_timeout_s``; a TLS file that is missing, a certificate without its key, or
-            a client contributing a segment under TLS without a certificate; a disk tier
-            without ``ssd_offload_path``.
+            a client contributing a segment under TLS without a certificate; a negative
+            ``ssd_offload_quota``.
     """
 
     local_hostname: str = "127.0.0.1"
@@ -209,7 +210,8 @@ class ClientConfig:
         if self.rpc_timeout_s <= 0:
             raise ClientConfigError("rpc_timeout_s must be positive")
         if self.enable_ssd_offload and not self.ssd_offload_path:
-            raise ClientConfigError("enable_ssd_offload needs ssd_offload_path")
+            # As upstream's file storage: its default directory when none is named.
+            object.__setattr__(self, "ssd_offload_path", DEFAULT_OFFLOAD_PATH)
         if self.ssd_offload_quota < 0:
             raise ClientConfigError("ssd_offload_quota must be 0 or positive")
         tls = self.tls_config()
@@ -340,6 +342,9 @@ TLS_ENV = {
     "MOONCAKE_PY_TLS_REQUIRE_CLIENT_CERT": "tls_require_client_cert",
 }
 """Environment variables of the TLS settings (below setup arguments and file keys)."""
+
+DEFAULT_OFFLOAD_PATH = "/data/file_storage"
+"""Where a disk tier lives when it is on and no ``ssd_offload_path`` is given (upstream's)."""
 
 OFFLOAD_ENV = {
     "MOONCAKE_OFFLOAD_ENABLED": "enable_ssd_offload",
