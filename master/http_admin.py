@@ -338,6 +338,7 @@ class AdminApi:
                 "allocator_usage_percent": (
                     d.used_bytes / d.capacity_bytes * 100.0 if d.capacity_bytes else 0.0
                 ),
+                "tier": d.tier,
             }
             for d in details
         ]

@@ -21,8 +21,10 @@ releasing memory through a browser: a cross-site request with that content type 
 preflight, which this port never grants.
 
 **Figures.** ``pages`` are objects (the store's unit of KV cache), ``bytes`` their sizes times
-their replicas. A release's ``freed_bytes`` is what the allocators got back at once;
-``pending_bytes`` what comes back when reads still copying from removed objects end. Releases
+their replicas. A release's ``freed_bytes`` is the memory the allocators got back at once,
+``freed_disk_bytes`` the disk tier bytes it freed (the tiers' owners delete their files);
+``pending_bytes`` what comes back when reads still copying from removed objects end. Segments
+and stats give bytes per tier, memory and disk (:mod:`.http_memory_views`). Releases
 and listings run in slices (:mod:`~mooncake_py.master.service.slices`): other callers are
 served between them.
 
@@ -44,6 +46,7 @@ from mooncake_py.errors import ErrorCode
 from mooncake_py.types import KvSessionInfo, ReleaseResult, valid_tenant_id
 
 from .http_common import BadRequest, Reply, Request, Route, error_reply, json_reply, simple_error
+from .http_memory_views import percent, segments_json, tier_stats
 from .occupancy import OccupancyHistory
 from .service.admin_queries import AdminQueries
 from .service.context import DEFAULT_TENANT
@@ -381,8 +384,9 @@ class MemoryApi:
         return json_reply(200, answer)
 
     def _free_bytes(self, request: Request) -> int:
+        # Free memory: what a release makes room in (disk tiers are where memory spills to).
         details = self._queries.segments(request.segment_scope)
-        return sum(max(0, d.capacity_bytes - d.used_bytes) for d in details)
+        return sum(max(0, d.capacity_bytes - d.used_bytes) for d in details if not d.disk)
 
     # -- releases ----------------------------------------------------------------------------
 
@@ -457,37 +461,14 @@ class MemoryApi:
 
     def _segments(self, request: Request) -> Reply:
         self._acting_tenant(request, request.param("tenant_id"))
-        segments = []
-        for d in self._queries.segments(request.segment_scope):
-            free = max(0, d.capacity_bytes - d.used_bytes)
-            segments.append(
-                {
-                    "name": d.name,
-                    "segment_id": d.segment_id,
-                    "client_id": d.client_id,
-                    "te_endpoint": d.te_endpoint,
-                    "status": d.status.name,
-                    "used_bytes": d.used_bytes,
-                    "capacity_bytes": d.capacity_bytes,
-                    "free_bytes": free,
-                    "usage_percent": _percent(d.used_bytes, d.capacity_bytes),
-                }
-            )
-        return json_reply(
-            200,
-            {
-                "segments": segments,
-                "total_segments": len(segments),
-                "total_used_bytes": sum(s["used_bytes"] for s in segments),
-                "total_capacity_bytes": sum(s["capacity_bytes"] for s in segments),
-                "total_free_bytes": sum(s["free_bytes"] for s in segments),
-            },
-        )
+        return json_reply(200, segments_json(self._queries.segments(request.segment_scope)))
 
     def _stats(self, request: Request) -> Reply:
         tenant = self._acting_tenant(request, request.param("tenant_id"))
         want_history = bool(_bool_param(request, "history"))
         figures = self._service.stats(tenant, all_tenants=request.admin)
+        # A tenant's figures carry no disk bytes: they come from the disk tiers it may use.
+        visible = [] if request.admin else self._queries.segments(request.segment_scope)
         allocated = int(figures.get("allocated_bytes", 0))
         capacity = int(figures.get("capacity_bytes", 0))
         history: list[dict[str, Any]] = []
@@ -500,11 +481,12 @@ class MemoryApi:
             "allocated_bytes": allocated,
             "capacity_bytes": capacity,
             "free_bytes": max(0, capacity - allocated),
-            "usage_percent": _percent(allocated, capacity),
+            "usage_percent": percent(allocated, capacity),
             "segments": int(figures.get("segments", 0)),
             "sessions": int(figures.get("sessions", 0)),
             "pinned_sessions": int(figures.get("pinned_sessions", 0)),
             "kv_cache_state": self._service.kv_cache_state(tenant),
+            **tier_stats(figures, visible, request.admin),
             "counters": {k: int(v) for k, v in sorted(figures.items())},
             "history": history,
         }
@@ -533,6 +515,7 @@ def release_kv_cache_json(result: ReleaseResult) -> dict[str, Any]:
     return {
         "released_pages": result.released_objects,
         "freed_bytes": result.freed_bytes,
+        "freed_disk_bytes": result.freed_disk_bytes,
         "pending_bytes": result.pending_bytes,
         "kept_pinned": result.kept_pinned,
         "kept_hard_pinned": result.kept_hard_pinned,
@@ -542,14 +525,12 @@ def release_kv_cache_json(result: ReleaseResult) -> dict[str, Any]:
 
 
 def _kept(result: ReleaseResult) -> dict[str, int]:
-    """What a session release left and why (with ``pending_bytes``), as every answer has it."""
+    """What a session release left and why (with ``pending_bytes``), and the disk tier bytes
+    it freed, as every answer has it."""
     return {
+        "freed_disk_bytes": result.freed_disk_bytes,
         "pending_bytes": result.pending_bytes,
         "kept_shared": result.kept_shared,
         "kept_hard_pinned": result.kept_hard_pinned,
         "kept_writing": result.kept_writing,
     }
-
-
-def _percent(used: int, capacity: int) -> float:
-    return round(used / capacity * 100.0, 3) if capacity else 0.0

@@ -5,8 +5,12 @@
 Metric names follow upstream Mooncake's where they exist (``master_key_count``,
 ``master_allocated_bytes``, ``master_total_capacity_bytes``, ``master_active_clients``,
 ``master_<op>_requests_total`` / ``master_<op>_failures_total``, eviction counters), plus KV
-session metrics. Gauges and counters are read from the service when scraped, so serving a
-request costs nothing but one counter increment (:class:`RpcCounters`).
+session metrics and the disk tier's: its bytes (``master_disk_capacity_bytes``,
+``master_disk_used_bytes``, also under upstream's ``master_total_file_capacity_bytes`` and
+``master_allocated_file_size_bytes``), tasks in flight, spills, promotions (upstream's
+``master_promotion_completed_total`` / ``_failed_total``), disk evictions and hits. Gauges
+and counters are read from the service when scraped, so serving a request costs nothing but
+one counter increment (:class:`RpcCounters`).
 
 The HTTP endpoint runs on its own threads (``http.server``), so a scrape never waits for the
 event loop; the service's lock keeps what it reads consistent, and no path holds it for long.
@@ -32,6 +36,7 @@ from prometheus_client.registry import Collector
 from .http_admin import TEXT, AdminApi, Reply
 from .http_common import BrowserHeaders
 from .occupancy import OccupancyHistory
+from .service.admin_queries import AdminQueries
 from .service.facade import MasterService
 from .service.release import AWAKE, KV_CACHE_RELEASED, RELEASE_KINDS, SLEEP_STATES
 from .transport.auth import TokenAuthority
@@ -150,6 +155,59 @@ _STATS_METRICS = {
     ),
 }
 
+# The disk tier: stats() key -> every (metric name, help, kind) it is exported as. Upstream's
+# names where it has one (its file-storage gauges, its promotion counters), ours for the rest;
+# a byte gauge may be exported under both.
+_DISK_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "disk_segments": (("master_disk_segments", "Mounted disk tiers.", "gauge"),),
+    "disk_capacity_bytes": (
+        ("master_disk_capacity_bytes", "Bytes of quota of every mounted disk tier.", "gauge"),
+        ("master_total_file_capacity_bytes", "Disk tier quota (upstream's name).", "gauge"),
+    ),
+    "disk_used_bytes": (
+        ("master_disk_used_bytes", "Bytes held in disk tiers.", "gauge"),
+        (
+            "master_allocated_file_size_bytes",
+            "Bytes held in disk tiers (upstream's name).",
+            "gauge",
+        ),
+    ),
+    "disk_tasks": (("master_disk_tasks", "Spills and promotions in flight.", "gauge"),),
+    "spills_in_flight": (("master_spills_in_flight", "Spills in flight.", "gauge"),),
+    "disk_deletes_pending": (
+        ("master_disk_deletes_pending", "Disk files freed, not yet deleted by owners.", "gauge"),
+    ),
+    "spills_started": (("master_spills_started", "Spills handed to owners.", "counter"),),
+    "spilled_objects": (
+        ("master_spilled_key_count", "Objects written to a disk tier.", "counter"),
+    ),
+    "spilled_bytes": (("master_spilled_size_bytes", "Bytes written to disk tiers.", "counter"),),
+    "spill_failures": (("master_spill_failures", "Spills that failed.", "counter"),),
+    "demoted_objects": (
+        (
+            "master_demoted_key_count",
+            "Objects whose memory replicas were dropped, leaving them on disk only.",
+            "counter",
+        ),
+    ),
+    "promotions_started": (
+        ("master_promotion_started", "Promotions (disk to memory) begun.", "counter"),
+    ),
+    "promoted_objects": (
+        ("master_promotion_completed", "Objects copied back from disk to memory.", "counter"),
+    ),
+    "promotion_failures": (("master_promotion_failed", "Promotions that failed.", "counter"),),
+    "disk_evicted_objects": (
+        ("master_disk_evicted_key_count", "Objects evicted from disk tiers.", "counter"),
+    ),
+    "disk_evicted_bytes": (
+        ("master_disk_evicted_size_bytes", "Bytes evicted from disk tiers.", "counter"),
+    ),
+    "disk_hits": (
+        ("master_disk_hits", "GetReplicaList keys readable only from a disk tier.", "counter"),
+    ),
+}
+
 # stats() key suffix -> (metric name, help) of the counters labelled by release kind; kind k
 # reads stats()[f"{k}_{suffix}"].
 _RELEASE_METRICS = {
@@ -176,19 +234,23 @@ _TENANT_METRICS = {
 class _StoreCollector(Collector):
     """Every metric of the store, read from the service when scraped.
 
-    Besides the store-wide families (:data:`_STATS_METRICS`) and the per-RPC counters:
+    Besides the store-wide families (:data:`_STATS_METRICS`), the disk tier's
+    (:data:`_DISK_METRICS`: bytes, tasks in flight, spills, promotions, disk evictions and
+    hits; memory figures such as ``master_total_capacity_bytes`` count memory only) and the
+    per-RPC counters:
 
     - ``master_releases_total``, ``master_released_key_count_by_kind_total``,
       ``master_released_bytes_by_kind_total`` with label ``kind`` (``session``, ``stale``,
       ``all``, ``kv_cache``), always all four kinds.
     - ``master_kv_cache_sleep_state{tenant, sleep_state}``: 1 for the tenant's current state
       (``awake`` or ``kv_cache_released``), 0 for the other, and the ``master_tenant_*``
-      gauges (:data:`_TENANT_METRICS`), for every tenant with objects or sessions or in the
+      gauges (:data:`_TENANT_METRICS`, and ``master_tenant_disk_bytes``: the part of its bytes
+      held in disk tiers), for every tenant with objects or sessions or in the
       ``kv_cache_released`` state (0 for what it has not). ``tenant`` is the tenant the master
       resolved: without multi-tenancy, or for an empty id, ``default``.
 
     Each part is read under one hold of the service lock, so families read apart can be one
-    call apart from each other. Cost per scrape: O(segments + tenants + RPCs).
+    call apart from each other. Cost per scrape: O(segments + tenants x disk tiers + RPCs).
 
     Args:
         service: the service to report on.
@@ -201,12 +263,17 @@ class _StoreCollector(Collector):
         self._service = service
         self._rpcs = rpcs
         self._per_tenant = per_tenant
+        self._queries = AdminQueries(service.context)
 
     def collect(self) -> Iterator[Metric]:
         stats = self._service.stats()
         for key, (name, doc, kind) in _STATS_METRICS.items():
             family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
             yield family(name, doc, value=stats.get(key, 0))
+        for key, exports in _DISK_METRICS.items():
+            for name, doc, kind in exports:
+                family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+                yield family(name, doc, value=stats.get(key, 0))
         for suffix, (name, doc) in _RELEASE_METRICS.items():
             by_kind = CounterMetricFamily(name, doc, labels=["kind"])
             for release_kind in RELEASE_KINDS:
@@ -242,6 +309,16 @@ class _StoreCollector(Collector):
             for tenant in tenants:
                 per_tenant.add_metric([tenant], figures.get(tenant, {}).get(key, 0))
             yield per_tenant
+        # Read under a hold of its own: it may be one call apart from the figures above.
+        on_disk = self._queries.tenant_disk_bytes()
+        disk_bytes = GaugeMetricFamily(
+            "master_tenant_disk_bytes",
+            "Bytes the tenant's objects hold in disk tiers (part of master_tenant_bytes).",
+            labels=["tenant"],
+        )
+        for tenant in tenants:
+            disk_bytes.add_metric([tenant], on_disk.get(tenant, 0))
+        yield disk_bytes
 
 
 class _MetricsHTTPServer(ThreadingHTTPServer):

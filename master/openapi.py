@@ -15,12 +15,15 @@ from typing import Any
 from mooncake_py import __version__
 
 from .http_memory import BODIES, DEFAULT_LIST_LIMIT, MAX_IDLE_MINUTES, Field
+from .http_memory_views import DISK_ACTIVITY
+from .service.admin_queries import TIERS
 from .service.session_overview import RANKINGS
 
 INT = {"type": "integer", "minimum": 0}
 NUM = {"type": "number"}
 STR = {"type": "string"}
 BOOL = {"type": "boolean"}
+TIER = {"enum": list(TIERS)}
 
 
 def _object(properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -90,6 +93,7 @@ RELEASED_SESSION = _object(
         "kept_shared": INT,
         "kept_hard_pinned": INT,
         "kept_writing": INT,
+        "freed_disk_bytes": INT,
         "message": STR,
     },
     optional=("message",),
@@ -100,6 +104,7 @@ RELEASED_STALE = _object(
         "sessions_released": INT,
         "total_pages_freed": INT,
         "total_bytes_freed": INT,
+        "freed_disk_bytes": INT,
         "pending_bytes": INT,
         "kept_shared": INT,
         "kept_hard_pinned": INT,
@@ -112,6 +117,7 @@ RELEASED_ALL = _object(
         "sessions_released": INT,
         "pages_freed": INT,
         "bytes_freed": INT,
+        "freed_disk_bytes": INT,
         "pending_bytes": INT,
         "kept_shared": INT,
         "kept_hard_pinned": INT,
@@ -123,6 +129,7 @@ RELEASED_KV_CACHE = _object(
     {
         "released_pages": INT,
         "freed_bytes": INT,
+        "freed_disk_bytes": INT,
         "pending_bytes": INT,
         "kept_pinned": INT,
         "kept_hard_pinned": INT,
@@ -138,6 +145,7 @@ SEGMENT = _object(
         "client_id": STR,
         "te_endpoint": STR,
         "status": STR,
+        "tier": TIER,
         "used_bytes": INT,
         "capacity_bytes": INT,
         "free_bytes": INT,
@@ -152,7 +160,32 @@ SEGMENTS = _object(
         "total_used_bytes": INT,
         "total_capacity_bytes": INT,
         "total_free_bytes": INT,
+        "tiers": _object(
+            {
+                "memory": {"$ref": "#/components/schemas/TierOccupancy"},
+                "disk": {"$ref": "#/components/schemas/TierOccupancy"},
+            }
+        ),
     }
+)
+
+TIER_OCCUPANCY = _object(
+    {
+        "segments": INT,
+        "used_bytes": INT,
+        "capacity_bytes": INT,
+        "free_bytes": INT,
+        "usage_percent": NUM,
+    }
+)
+
+# The global view's disk object adds the tier's store-wide activity; a tenant's has bytes only.
+DISK_STATS = _object(
+    {
+        **TIER_OCCUPANCY["properties"],
+        **dict.fromkeys(DISK_ACTIVITY, INT),
+    },
+    optional=tuple(DISK_ACTIVITY),
 )
 
 SAMPLE = _object({"t": NUM, "allocated_bytes": INT, "capacity_bytes": INT, "objects": INT})
@@ -170,6 +203,8 @@ STATS = _object(
         "sessions": INT,
         "pinned_sessions": INT,
         "kv_cache_state": {"enum": ["awake", "kv_cache_released"]},
+        "memory": {"$ref": "#/components/schemas/TierOccupancy"},
+        "disk": {"$ref": "#/components/schemas/DiskStats"},
         "counters": {"type": "object", "additionalProperties": {"type": "integer"}},
         "history": {"type": "array", "items": {"$ref": "#/components/schemas/OccupancySample"}},
     }
@@ -320,8 +355,16 @@ def openapi_document() -> dict[str, Any]:
             "Remove every KV-cache object of the tenant; other data stays.",
             "ReleasedKvCache",
         ),
-        "/v1/memory/segments": _get("Mounted segments the caller may see.", "Segments", []),
-        "/v1/memory/stats": _get("The caller's view of the store's figures.", "Stats", [history]),
+        "/v1/memory/segments": _get(
+            "Mounted segments the caller may see, memory and disk tiers, with bytes per tier.",
+            "Segments",
+            [],
+        ),
+        "/v1/memory/stats": _get(
+            "The caller's view of the store's figures, with bytes per tier (memory, disk).",
+            "Stats",
+            [history],
+        ),
     }
     return {
         "openapi": "3.1.0",
@@ -345,6 +388,8 @@ def openapi_document() -> dict[str, Any]:
                 "ReleasedKvCache": RELEASED_KV_CACHE,
                 "Segment": SEGMENT,
                 "Segments": SEGMENTS,
+                "TierOccupancy": TIER_OCCUPANCY,
+                "DiskStats": DISK_STATS,
                 "OccupancySample": SAMPLE,
                 "Stats": STATS,
             },

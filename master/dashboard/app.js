@@ -161,11 +161,26 @@ function renderStats(stats) {
   Object.assign(allocated.dataset, { allocated: stats.allocated_bytes, capacity: stats.capacity_bytes });
   const percent = stats.capacity_bytes ? (100 * stats.allocated_bytes) / stats.capacity_bytes : 0;
   $("stat-allocated-percent").textContent = `${percent.toFixed(1)} % used`;
+  renderDisk(stats.disk);
   const kvState = $("stat-kv-state");
   kvState.textContent = stats.kv_cache_state === "awake" ? "awake" : "released";
   kvState.dataset.value = stats.kv_cache_state;
   kvState.classList.toggle("kv-released", stats.kv_cache_state !== "awake");
   $("updated-at").textContent = `updated ${clock(stats.timestamp)} · every ${REFRESH_MS / 1000} s`;
+}
+
+/** The disk tier's headline: its bytes against its quota and, in the global view, what moved. */
+function renderDisk(disk) {
+  const node = $("stat-disk");
+  const mounted = Boolean(disk && disk.segments);
+  const [used, quota] = disk ? [disk.used_bytes, disk.capacity_bytes] : [0, 0];
+  node.textContent = mounted ? `${formatBytes(used)} / ${formatBytes(quota)}` : "–";
+  node.title = mounted ? `${exactBytes(used)} of ${exactBytes(quota)}` : "no disk tier mounted";
+  Object.assign(node.dataset, { used, capacity: quota, segments: disk ? disk.segments : 0 });
+  const percent = quota ? (100 * used) / quota : 0;
+  $("stat-disk-fill").style.width = `${Math.min(100, percent).toFixed(2)}%`;
+  const moved = mounted && disk.spilled_objects !== undefined ? ` · ${plural(disk.spilled_objects, "spill")}, ${plural(disk.promoted_objects, "promotion")}` : "";
+  $("stat-disk-detail").textContent = mounted ? `${percent.toFixed(1)} % used${moved}` : "no disk tier";
 }
 
 // ---- occupancy chart --------------------------------------------------------------------------
@@ -236,10 +251,12 @@ function renderSegments(answer) {
   const rows = answer.segments.map((segment) => {
     const percent = segment.capacity_bytes ? (100 * segment.used_bytes) / segment.capacity_bytes : 0;
     const row = el("div", null, { class: "segment", "data-testid": "segment-row" });
-    Object.assign(row.dataset, { segmentName: segment.name, usedBytes: segment.used_bytes, capacityBytes: segment.capacity_bytes });
+    const tier = segment.tier || "memory";
+    Object.assign(row.dataset, { segmentName: segment.name, tier, usedBytes: segment.used_bytes, capacityBytes: segment.capacity_bytes });
     const head = el("div", null, { class: "segment-head" });
     const status = segment.status && segment.status !== "OK" ? ` · ${segment.status}` : "";
     const name = el("span", `${segment.name}${status}`, { class: "segment-name" });
+    name.append(el("span", tier, { class: `tier-tag ${tier}`, "data-testid": "segment-tier" }));
     name.title = `segment ${segment.segment_id} of client ${segment.client_id} at ${segment.te_endpoint}`;
     const figures = el("span", `${formatBytes(segment.used_bytes)} / ${formatBytes(segment.capacity_bytes)} · ${percent.toFixed(1)} %`, { class: "segment-figures" });
     figures.title = `${exactBytes(segment.used_bytes)} of ${exactBytes(segment.capacity_bytes)}`;
@@ -249,6 +266,7 @@ function renderSegments(answer) {
     fill.style.width = `${Math.min(100, percent).toFixed(2)}%`;
     fill.classList.toggle("high", percent >= 80 && percent < 95);
     fill.classList.toggle("full", percent >= 95);
+    fill.classList.toggle("disk", tier === "disk");
     const bar = el("div", null, { class: "bar", role: "meter", "aria-valuemin": 0, "aria-valuemax": 100, "aria-valuenow": percent.toFixed(1) });
     bar.append(fill);
     row.append(head, bar);
@@ -256,7 +274,10 @@ function renderSegments(answer) {
   });
   if (!rows.length) rows.push(el("p", "No mounted segments.", { class: "muted" }));
   $("segments").replaceChildren(...rows);
-  $("segments-count").textContent = `${answer.total_segments} · ${formatBytes(answer.total_used_bytes)} / ${formatBytes(answer.total_capacity_bytes)}`;
+  // Bytes per tier (a master without tiers answers totals only).
+  const tiers = answer.tiers || { memory: { segments: 1, used_bytes: answer.total_used_bytes, capacity_bytes: answer.total_capacity_bytes } };
+  const perTier = Object.entries(tiers).filter(([, t]) => t.segments).map(([name, t]) => ` · ${name} ${formatBytes(t.used_bytes)} / ${formatBytes(t.capacity_bytes)}`);
+  $("segments-count").textContent = `${answer.total_segments}${perTier.join("")}`;
 }
 
 // ---- sessions table ---------------------------------------------------------------------------
@@ -436,7 +457,8 @@ async function runRelease(path, body, describe) {
     const answer = await api(path, body);
     const [text, freed] = describe(answer);
     const pending = answer.pending_bytes ? `; ${formatBytes(answer.pending_bytes)} more once readers finish` : "";
-    showStatus(`${text}${pending}`, "ok", freed);
+    const disk = answer.freed_disk_bytes ? `; ${formatBytes(answer.freed_disk_bytes)} freed on disk` : "";
+    showStatus(`${text}${pending}${disk}`, "ok", freed);
   } catch (error) {
     if (error instanceof AuthRequired) askForToken();
     else showStatus(`Release failed: ${error.message}`, "error");

@@ -85,7 +85,8 @@ class Description:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SegmentDetail:
-    """One mounted segment and its allocator's use."""
+    """One mounted segment and its allocator's use; ``disk`` for a disk tier (its size and
+    capacity are its quota, its used bytes those its files hold)."""
 
     name: str
     segment_id: str
@@ -97,6 +98,18 @@ class SegmentDetail:
     status: SegmentStatus
     used_bytes: int
     capacity_bytes: int
+    disk: bool = False
+
+    @property
+    def tier(self) -> str:
+        """``"disk"`` or ``"memory"``."""
+        return DISK_TIER if self.disk else MEMORY_TIER
+
+
+MEMORY_TIER = "memory"
+DISK_TIER = "disk"
+TIERS = (MEMORY_TIER, DISK_TIER)
+"""The tiers a segment may be in, as answers name them."""
 
 
 class AdminQueries:
@@ -182,8 +195,10 @@ class AdminQueries:
 
     def segments(self, tenant: str | None = None) -> list[SegmentDetail]:
         """Every mounted segment (``tenant`` None), or those ``tenant`` may use, in mount
-        order; see :mod:`~mooncake_py.master.service.tenant_views`: a segment that is not the
-        tenant's own (shared, unowned) shows no client id and only the tenant's bytes.
+        order, memory segments and disk tiers alike; see
+        :mod:`~mooncake_py.master.service.tenant_views`: a segment that is not the tenant's
+        own (shared, unowned) shows no client id and only the tenant's bytes. A tenant may use
+        a disk tier on the same terms as a memory segment (its own, shared or unowned).
 
         Complexity: O(segments) under one hold of the lock; a tenant's bytes on a segment are
         read from the state's tenant tallies in O(1).
@@ -195,7 +210,11 @@ class AdminQueries:
                     _detail(m, m.client_id, m.allocator.used_bytes) for m in segments.all_segments()
                 ]
             details = []
-            for m in segments.usable_by(tenant):
+            # MountedSegment.usable_by, not SegmentManager.usable_by: the latter lists only
+            # placement candidates (memory), and a tenant is shown the disk tiers it may use.
+            for m in segments.all_segments():
+                if not m.usable_by(tenant):
+                    continue
                 if m.tenant == tenant and not m.info.shared:
                     details.append(_detail(m, m.client_id, m.allocator.used_bytes))
                     continue
@@ -203,15 +222,34 @@ class AdminQueries:
                 details.append(_detail(m, m.client_id if m.tenant == tenant else "", used))
             return details
 
+    def tenant_disk_bytes(self) -> dict[str, int]:
+        """Bytes each tenant's objects hold in disk tiers (every disk replica, written or being
+        written), for every tenant with objects; empty when no disk tier is mounted.
+
+        Complexity: O(tenants x disk tiers) under one hold of the lock, each term O(1) (the
+        object table's tenant tallies count bytes per segment).
+        """
+        with self._lock:
+            disks = [m.info.id for m in self._state.segments.disk_segments()]
+            if not disks:
+                return {}
+            tallies = self._state.objects.tallies
+            return {
+                tenant: sum(tallies.share_on(tenant, segment_id)[0] for segment_id in disks)
+                for tenant, _ in tallies.items()
+            }
+
     def segment_names(self, tenant: str | None = None) -> list[str]:
         """Each visible segment's name once (several segments may share one), in mount
         order (``tenant`` as for :meth:`segments`). O(segments)."""
         return list(dict.fromkeys(detail.name for detail in self.segments(tenant)))
 
     def segment_usage(self, name: str, tenant: str | None = None) -> tuple[int, int] | None:
-        """(used bytes, capacity bytes) of the visible segments named ``name``, summed; None
-        when none has that name (``tenant`` as for :meth:`segments`). O(segments)."""
-        named = [detail for detail in self.segments(tenant) if detail.name == name]
+        """(used bytes, capacity bytes) of the visible memory segments named ``name``, summed;
+        None when none has that name (``tenant`` as for :meth:`segments`). A disk tier carries
+        its owner's segment name but is not counted: upstream's segment query reports memory.
+        O(segments)."""
+        named = [d for d in self.segments(tenant) if d.name == name and not d.disk]
         if not named:
             return None
         return sum(d.used_bytes for d in named), sum(d.capacity_bytes for d in named)
@@ -235,6 +273,7 @@ def _detail(m: MountedSegment, client_id: str, used_bytes: int) -> SegmentDetail
         status=SegmentStatus.OK,
         used_bytes=used_bytes,
         capacity_bytes=m.allocator.capacity,
+        disk=m.is_disk,
     )
 
 

@@ -35,8 +35,12 @@ TENANT_STAT_KEYS = (
     "clients",
     "sessions",
     "pinned_sessions",
+    "disk_segments",
+    "disk_capacity_bytes",
+    "disk_used_bytes",
 )
-"""The figures a tenant-scoped GetStats answers (the global one answers many more)."""
+"""The figures a tenant-scoped GetStats answers (the global one answers many more); the
+unprefixed segment figures are memory's, the ``disk_*`` ones the disk tiers'."""
 
 
 def tenant_bytes_on(state: StoreState, mounted: MountedSegment, tenant: str) -> tuple[int, int]:
@@ -47,13 +51,17 @@ def tenant_bytes_on(state: StoreState, mounted: MountedSegment, tenant: str) -> 
 
 def segment_usage_of(state: StoreState, tenant: str) -> list[SegmentUsage]:
     """``(segment, owning client or "", used bytes, allocations)`` of every segment ``tenant``
-    may use; shared and unowned segments count only ``tenant``'s objects and name their
-    client only when it is ``tenant``'s own.
+    may use (memory segments and disk tiers); shared and unowned segments count only
+    ``tenant``'s objects and name their client only when it is ``tenant``'s own.
 
     Complexity: O(segments), O(1) per segment ``tenant`` may use.
     """
     usage: list[SegmentUsage] = []
-    for mounted in state.segments.usable_by(tenant):
+    segments = state.segments
+    usable = segments.usable_by(tenant)
+    if segments.has_disks:
+        usable += [d for d in segments.disk_segments() if d.usable_by(tenant)]
+    for mounted in usable:
         if mounted.tenant == tenant and not mounted.info.shared:
             allocator = mounted.allocator
             usage.append(
@@ -75,16 +83,21 @@ def stats_of(state: StoreState, tenant: str) -> dict[str, int]:
     the object and session figures; O(client bindings) for ``clients``.
     """
     usage = segment_usage_of(state, tenant)
+    memory = [u for u in usage if not u[0].disk]
+    disk = [u for u in usage if u[0].disk]
     tally = state.objects.tallies.get(tenant)
     sessions, pinned_sessions = state.sessions.tenant_counts(tenant)
     return {
         "objects": 0 if tally is None else tally.objects,
-        "segments": len(usage),
-        "capacity_bytes": sum(info.size for info, _, _, _ in usage),
-        "allocated_bytes": sum(used for _, _, used, _ in usage),
+        "segments": len(memory),
+        "capacity_bytes": sum(info.size for info, _, _, _ in memory),
+        "allocated_bytes": sum(used for _, _, used, _ in memory),
         "clients": state.clients.bound_count(tenant),
         "sessions": sessions,
         "pinned_sessions": pinned_sessions,
+        "disk_segments": len(disk),
+        "disk_capacity_bytes": sum(info.size for info, _, _, _ in disk),
+        "disk_used_bytes": sum(used for _, _, used, _ in disk),
         TENANT_VIEW_KEY: 1,
     }
 

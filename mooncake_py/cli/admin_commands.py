@@ -39,6 +39,7 @@ OWN_HELP = (
 SEGMENT_COLUMNS = (
     Column("segment_id", "SEGMENT"),
     Column("name", "NAME"),
+    Column("tier", "TIER"),
     Column("client_id", "CLIENT", in_table=False),
     Column("size", "SIZE", "bytes"),
     Column("used_bytes", "USED", "bytes"),
@@ -79,8 +80,9 @@ def require_global_view(ctx: Context, command: str, stats: dict[str, int] | None
 
 
 def cmd_segments_ls(ctx: Context) -> int:
-    """``segments ls``: every mounted segment with its use (``--own``: the segments the
-    token's tenant may use, the only view a non-admin token gets)."""
+    """``segments ls``: every mounted segment with its tier (``memory``, or ``disk`` for a
+    client's disk tier, which carries its memory segment's name) and use (``--own``: the
+    segments the token's tenant may use, the only view a non-admin token gets)."""
     require_global_view(ctx, "segments ls")
     rows: list[dict[str, Any]] = []
     for status in ctx.client.segments():
@@ -89,6 +91,7 @@ def cmd_segments_ls(ctx: Context) -> int:
             {
                 "segment_id": segment.id,
                 "name": segment.name,
+                "tier": DISK_TIER if segment.disk else MEMORY_TIER,
                 "client_id": status.client_id,
                 "size": segment.size,
                 "used_bytes": used,
@@ -100,21 +103,67 @@ def cmd_segments_ls(ctx: Context) -> int:
                 "host_id": segment.host_id,
             }
         )
-    rows.sort(key=lambda r: (r["name"], r["segment_id"]))
+    # A client's disk tier carries its memory segment's name: memory first, then its disk.
+    rows.sort(key=lambda r: (r["name"], r["tier"] != MEMORY_TIER, r["segment_id"]))
     emit_listing(ctx.out, SEGMENT_COLUMNS, rows, empty_note="no segments mounted")
     return EXIT_OK
 
 
 def cmd_stats(ctx: Context) -> int:
-    """``stats``: the master's counters (sizes shown in binary units); ``--own``: the token's
-    tenant's figures, the only view a non-admin token gets."""
+    """``stats``: the master's counters (sizes shown in binary units), then a table of bytes
+    per tier (memory, disk) in human output; ``--own``: the token's tenant's figures, the
+    only view a non-admin token gets."""
     stats = ctx.client.stats()
     require_global_view(ctx, "stats", stats)
     fields = [
         Column(name, name, "bytes" if name.endswith("_bytes") else "int") for name in sorted(stats)
     ]
     emit_record(ctx.out, fields, stats)
+    if not (ctx.out.json or ctx.out.file_format):
+        # JSON and files carry the raw figures above; a person also gets them per tier.
+        sys.stdout.write("\n")
+        emit_listing(ctx.out, TIER_COLUMNS, tier_rows(stats))
     return EXIT_OK
+
+
+MEMORY_TIER = "memory"
+DISK_TIER = "disk"
+
+TIER_COLUMNS = (
+    Column("tier", "TIER"),
+    Column("segments", "SEGMENTS", "int"),
+    Column("used_bytes", "USED", "bytes"),
+    Column("capacity_bytes", "CAPACITY", "bytes"),
+    Column("free_bytes", "FREE", "bytes"),
+    Column("used_percent", "USE%", "percent"),
+)
+
+# tier -> the stats keys of its (segments, used bytes, capacity bytes)
+_TIER_KEYS = {
+    MEMORY_TIER: ("segments", "allocated_bytes", "capacity_bytes"),
+    DISK_TIER: ("disk_segments", "disk_used_bytes", "disk_capacity_bytes"),
+}
+
+
+def tier_rows(stats: dict[str, int]) -> list[dict[str, Any]]:
+    """Bytes per tier from a GetStats answer: one row per tier whose figures it carries
+    (a tenant's view carries memory figures only)."""
+    rows = []
+    for tier, (segments, used_key, capacity_key) in _TIER_KEYS.items():
+        if capacity_key not in stats:
+            continue
+        used, capacity = stats.get(used_key, 0), stats[capacity_key]
+        rows.append(
+            {
+                "tier": tier,
+                "segments": stats.get(segments, 0),
+                "used_bytes": used,
+                "capacity_bytes": capacity,
+                "free_bytes": max(0, capacity - used),
+                "used_percent": 100.0 * used / capacity if capacity else 0.0,
+            }
+        )
+    return rows
 
 
 def cmd_release_kv_cache(ctx: Context) -> int:
@@ -182,9 +231,13 @@ def register(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], parents: CommonParents
 ) -> None:
     """Add ``segments``, ``keys``, ``stats`` and ``release-kv-cache`` to ``commands``."""
-    segments = commands.add_parser("segments", help="memory segments", parents=[parents.base])
+    segments = commands.add_parser(
+        "segments", help="memory segments and disk tiers", parents=[parents.base]
+    )
     segments_sub = segments.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
-    ls = segments_sub.add_parser("ls", help="list mounted segments", parents=[parents.listing])
+    ls = segments_sub.add_parser(
+        "ls", help="list mounted segments (memory and disk tiers)", parents=[parents.listing]
+    )
     ls.add_argument("--own", action="store_true", help=OWN_HELP)
     ls.set_defaults(handler=cmd_segments_ls, over_http=True)
 
@@ -201,7 +254,9 @@ def register(
     rm.add_argument("--force", action="store_true", help="remove even while it is being read")
     rm.set_defaults(handler=cmd_keys_rm, http_gap=HTTP_GAP_KEY_DATA)
 
-    stats = commands.add_parser("stats", help="the master's counters", parents=[parents.listing])
+    stats = commands.add_parser(
+        "stats", help="the master's counters, and bytes per tier", parents=[parents.listing]
+    )
     stats.add_argument("--own", action="store_true", help=OWN_HELP)
     stats.set_defaults(handler=cmd_stats, over_http=True)
 

@@ -476,6 +476,7 @@ def _segment_status(item: dict[str, Any]) -> SegmentStatus:
         protocol=str(item.get("protocol", "")),
         host_id=str(item.get("host_id", "")),
         shared=bool(item.get("shared", False)),
+        disk=item.get("tier") == "disk",
     )
     return SegmentStatus(
         segment=segment,

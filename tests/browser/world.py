@@ -22,6 +22,7 @@ from tests.line_worker import call_worker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
+DISK_QUOTA = 256 * MIB
 
 
 class SessionClient:
@@ -31,12 +32,15 @@ class SessionClient:
         master_address: the master's gRPC ``host:port``.
         segment_bytes: the segment it mounts.
         token: its Bearer token, for a master with ``--auth_tokens_file``.
+        disk_root: a directory for a disk tier of :data:`DISK_QUOTA` bytes ("" for none).
 
     Raises:
         RuntimeError: its setup failed (or, on :meth:`call`, the operation failed).
     """
 
-    def __init__(self, master_address: str, segment_bytes: int, token: str = "") -> None:
+    def __init__(
+        self, master_address: str, segment_bytes: int, token: str = "", disk_root: str = ""
+    ) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.browser.session_worker"],
             stdin=subprocess.PIPE,
@@ -52,6 +56,10 @@ class SessionClient:
         }
         if token:
             config["auth_token"] = token
+        if disk_root:
+            config.update(
+                enable_ssd_offload=True, ssd_offload_path=disk_root, ssd_offload_quota=DISK_QUOTA
+            )
         code = self.call("setup", config=config, buffer_bytes=MIB)
         if code != 0:
             self.stop()
@@ -140,6 +148,7 @@ def running_world(
     tokens_file: str = "",
     token: str = "",
     occupancy_sample_sec: float = 5.0,
+    disk_root: str = "",
 ) -> Iterator[World]:
     """A master with ``clients`` client processes mounted, nothing written yet.
 
@@ -149,6 +158,8 @@ def running_world(
         tokens_file: the master's ``--auth_tokens_file`` ("" for none).
         token: the clients' (and :meth:`World.get`'s) token.
         occupancy_sample_sec: the master's occupancy sampling period.
+        disk_root: give each client a disk tier in a directory of its own under this one
+            ("" for none).
     """
     overrides: dict[str, Any] = {"occupancy_sample_sec": occupancy_sample_sec}
     if tokens_file:
@@ -157,8 +168,9 @@ def running_world(
         port = master._server.metrics_port  # noqa: SLF001 - the bound HTTP port
         world = World(master, f"http://127.0.0.1:{port}", token=token)
         try:
-            for _ in range(clients):
-                world.clients.append(SessionClient(master.address, segment_bytes, token))
+            for index in range(clients):
+                disk = str(Path(disk_root) / f"client-{index}") if disk_root else ""
+                world.clients.append(SessionClient(master.address, segment_bytes, token, disk))
             yield world
         finally:
             for client in world.clients:

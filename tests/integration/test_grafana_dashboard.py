@@ -25,6 +25,12 @@ from mooncake_py import MooncakeDistributedStore, ObjectDataType, ReplicateConfi
 from mooncake_py.master.clock import FakeClock
 from mooncake_py.testing import InProcessMaster
 from tests.conftest import client_config
+from tests.integration.disk_world import (
+    disk_client_config,
+    fill_until_spilled,
+    payload,
+    wait_until_settled,
+)
 from tests.integration.metrics_scrape import Scrape
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "mooncake-py.json"
@@ -148,19 +154,29 @@ def _sample_types(scrape: Scrape) -> Iterator[tuple[Any, str]]:
 
 
 @pytest.fixture(scope="module")
-def busy_master_scrape() -> Iterator[Scrape]:
+def busy_master_scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     """A scrape of a real master after puts, a hit, a miss, an ordinary and a soft-pinned
-    eviction, and a release of every kind, by a real client."""
+    eviction, and a release of every kind, by a real client; then spills to a second
+    client's disk tier and a read of a spilled object."""
     clock = FakeClock()
     with InProcessMaster(clock=clock, background=False) as master:
         store = MooncakeDistributedStore()
         assert store.setup(client_config(master.address, 1 << 20)) == 0
         try:
             _exercise(store, clock)
+        finally:
+            store.close()
+        disk_owner = MooncakeDistributedStore()
+        root = str(tmp_path_factory.mktemp("disk"))
+        assert disk_owner.setup(disk_client_config(master.address, root)) == 0
+        try:
+            fill_until_spilled(master, disk_owner, "spill", minimum=2)
+            assert disk_owner.get("spill0") == payload(0)  # spilled first: read from disk
+            wait_until_settled(master)
             scrape = Scrape(master)
             master.service.check()
         finally:
-            store.close()
+            disk_owner.close()
     yield scrape
 
 
@@ -221,6 +237,15 @@ def test_every_metric_and_label_the_dashboard_names_is_exported(
     assert scrape.value("master_evicted_soft_pinned_key_count_total") >= 1
     assert scrape.value("master_get_hits_total") >= 1
     assert scrape.value("master_get_misses_total") >= 1
+    # The disk tier panels: bytes in both tiers, spills, a read served from disk.
+    assert scrape.value("master_disk_used_bytes") > 0
+    assert scrape.value("master_disk_capacity_bytes") >= scrape.value("master_disk_used_bytes")
+    assert scrape.value("master_spilled_key_count_total") >= 2
+    assert scrape.value("master_disk_hits_total") >= 1
+    assert scrape.value("master_allocated_file_size_bytes") == scrape.value(
+        "master_disk_used_bytes"
+    )
+    assert scrape.by_label("master_tenant_disk_bytes", "tenant")["default"] > 0
     releases = scrape.by_label("master_releases_total", "kind")
     assert releases == {"session": 1, "stale": 1, "all": 1, "kv_cache": 1}
     dashboard = json.loads(DASHBOARD.read_text())
@@ -240,6 +265,13 @@ def test_every_metric_and_label_the_dashboard_names_is_exported(
         ("}, tenant)", "}, tenants)", "has no label ['tenants'] (legend or variable)"),
         ("label_values(master_key_count,", "label_values(master_keys,", "'master_keys' is not"),
         ("rate(master_get_misses_total", "rate(master_key_count", "rate() of master_key_count"),
+        ("master_disk_used_bytes{", "master_disk_usage_bytes{", "'master_disk_usage_bytes' is"),
+        (
+            "rate(master_spilled_key_count_total",
+            "rate(master_disk_used_bytes",
+            "rate() of master_disk_used_bytes",
+        ),
+        ("master_promotion_completed_total", "master_promotion_completed", "is not exported"),
     ],
 )
 def test_the_check_fails_for_a_dashboard_that_names_what_is_not_exported(

@@ -207,6 +207,7 @@ def test_segment_paths(master: InProcessMaster, make_store) -> None:  # type: ig
             "allocator_used_bytes": used,
             "allocator_capacity_bytes": info.size,
             "allocator_usage_percent": used / info.size * 100.0,
+            "tier": "memory",
         }
     first = by_name[names[0]]
     assert first["allocator_used_bytes"] >= 1000 and first["size_bytes"] == 4 << 20

@@ -24,12 +24,19 @@ TOKENS = {"token-a": "tenant-a", "token-admin": {"tenant": "ops", "role": "admin
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, InProcessMaster]]:
-    """A master requiring tokens, with tenant A's sessions (some shared, one pinned)."""
+    """A master requiring tokens, with tenant A's sessions (some shared, one pinned) and a
+    disk tier (so that answers carry both tiers)."""
     tokens = Path(tmp_path_factory.mktemp("tokens")) / "tokens.json"
     tokens.write_text(json.dumps(TOKENS))
     with InProcessMaster(auth_tokens_file=str(tokens)) as master:
         store = MooncakeDistributedStore()
-        config = {"master_server_address": master.address, "global_segment_size": 16 << 20}
+        config = {
+            "master_server_address": master.address,
+            "global_segment_size": 16 << 20,
+            "enable_ssd_offload": True,
+            "ssd_offload_path": str(tmp_path_factory.mktemp("disk")),
+            "ssd_offload_quota": 64 << 20,
+        }
         assert store.setup({**config, "auth_token": "token-a"}) == 0
         try:
             for i in range(40):
