@@ -227,6 +227,30 @@ def cmd_keys_rm(ctx: Context) -> int:
     return EXIT_OK
 
 
+def cmd_keys_demote(ctx: Context) -> int:
+    """``keys demote KEY...``: move the keys from memory to their owners' disk tiers now."""
+    keys: list[str] = ctx.args.keys
+    with about("demoting keys"):
+        result = ctx.grpc_client.batch_demote(keys)
+    outcomes = {key: _code_name(code) for key, code in zip(keys, result.codes, strict=True)}
+    if ctx.out.json:
+        emit_json(ctx.out, {"demoted": outcomes})
+    else:
+        for key, outcome in outcomes.items():
+            print(f"{key}\t{outcome}")
+    return EXIT_OK if all(code == 0 for code in result.codes) else EXIT_STORE_ERROR
+
+
+def _code_name(code: int) -> str:
+    """``OK``, an ErrorCode's name, or the number of a code this CLI does not know."""
+    if code == 0:
+        return "OK"
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
 def register(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], parents: CommonParents
 ) -> None:
@@ -253,6 +277,11 @@ def register(
     rm.add_argument("key", metavar="KEY")
     rm.add_argument("--force", action="store_true", help="remove even while it is being read")
     rm.set_defaults(handler=cmd_keys_rm, http_gap=HTTP_GAP_KEY_DATA)
+    demote = keys_sub.add_parser(
+        "demote", help="move keys from memory to their disk tiers", parents=[parents.base]
+    )
+    demote.add_argument("keys", metavar="KEY", nargs="+")
+    demote.set_defaults(handler=cmd_keys_demote, http_gap=HTTP_GAP_KEY_DATA)
 
     stats = commands.add_parser(
         "stats", help="the master's counters, and bytes per tier", parents=[parents.listing]

@@ -85,3 +85,22 @@ def test_stats_show_bytes_per_tier_alike_both_ways(spilled: InProcessMaster) -> 
     grpc_json, http_json = both(spilled, "stats", "--json")
     assert json.loads(grpc_json)["disk_used_bytes"] == json.loads(http_json)["disk_used_bytes"]
     assert json.loads(grpc_json)["disk_used_bytes"] == stats["disk_used_bytes"] > 0
+
+
+def test_keys_demote_moves_keys_to_disk(tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = str(tmp_path_factory.mktemp("demote"))
+    with InProcessMaster() as master:
+        store = MooncakeDistributedStore()
+        assert store.setup(disk_client_config(master.address, root)) == 0
+        try:
+            assert store.put("cold", b"c" * 4096) == 0
+            done = run_cli("--master", master.address, "--json", "keys", "demote", "cold", "gone")
+            assert done.returncode != 0  # one key could not be demoted
+            assert json.loads(done.stdout) == {
+                "demoted": {"cold": "OK", "gone": "OBJECT_NOT_FOUND"}
+            }
+            wait_until_settled(master)
+            tiers = [d.is_disk_replica() for d in store.get_replica_desc("cold")]
+            assert tiers[0] and store.get("cold") == b"c" * 4096
+        finally:
+            store.close()
