@@ -54,6 +54,13 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m tests.bench.store_bench --quick $(BENCH_ARGS)
 
+# Hit rates and costs under memory pressure (memory a quarter of the working set), without and
+# with the disk tier, and upstream Mooncake's SSD offload when .bench-venv-mooncake is usable:
+# make bench-disk BENCH_ARGS="--quick --json bench-results/disk-tier.json"
+.PHONY: bench-disk
+bench-disk: $(STAMP)
+	$(PY) -m tests.bench.disk_tier_bench $(BENCH_ARGS)
+
 # What surviving the master costs (memory vs --enable_snapshot vs --enable_ha) and failover
 # times; needs Debian's etcd-server.
 bench-ha: $(STAMP)

@@ -2,8 +2,9 @@
 
 An embedded master (or an existing one), two engine-worker processes that host the store's
 memory and serve turns through :class:`~mooncake_py.connector.KVConnector`, and a coordinator
-that replays the same trace under plain LRU and under KV sessions, then writes a summary
-table, a markdown report and a plot. Run it with ``python -m mooncake_py.demo`` (or
+that replays the same trace under plain LRU, under KV sessions and (unless
+``DemoConfig.disk_tier`` is off) under plain LRU with a disk tier below the same memory, then
+writes summary tables, a markdown report and a plot. Run it with ``python -m mooncake_py.demo`` (or
 ``mooncake-py demo``); from code::
 
     from mooncake_py.demo import DemoConfig, run

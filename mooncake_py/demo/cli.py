@@ -33,12 +33,13 @@ EXIT_UNREACHABLE = 3
 
 DESCRIPTION = (
     "Replay a synthetic multi-turn chat workload against the store through the KV connector, "
-    "twice on the same trace: plain LRU, then with KV sessions. Starts an embedded master and "
-    "two engine-worker processes unless --master is given. Prints a summary table and writes "
+    "on the same trace: plain LRU, then with KV sessions, then plain LRU with a disk tier "
+    "under the same memory (unless --no-disk-tier). Starts an embedded master and "
+    "two engine-worker processes unless --master is given. Prints summary tables and writes "
     "a report, a plot and a JSON summary to --out."
 )
 
-# --quick: a smaller trace that keeps the story (about 15 s on two cores).
+# --quick: a smaller trace that keeps the story (about 15 s on two cores, three replays).
 QUICK = {"conversations": 150, "window_s": 360.0}
 
 _TRACE_FLAGS: dict[str, tuple[str, type, str]] = {
@@ -65,6 +66,7 @@ _DEMO_FLAGS: dict[str, tuple[str, type, str]] = {
     "pin_idle_s": ("--pin-idle", float, "sessions: unpin after this idle time (virtual s)"),
     "abandon_after_s": ("--abandon-after", float, "sessions: release after this silence"),
     "lease_ms": ("--lease-ms", int, "read-lease TTL of the embedded master (ms; default 10 s)"),
+    "disk_quota_mib": ("--disk-quota-mib", float, "disk tier size per worker in MiB"),
 }
 
 
@@ -82,6 +84,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "--out", type=Path, default=demo_defaults.out_dir, help="output folder (%(default)s)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress line")
+    parser.add_argument(
+        "--no-disk-tier",
+        action="store_true",
+        help="skip the replay with a disk tier under the workers' memory",
+    )
+    parser.add_argument(
+        "--disk-fsync",
+        action="store_true",
+        help="disk tier: sync each file before it is served (slower; off: the tier is temporary)",
+    )
     for flags, defaults in ((_TRACE_FLAGS, trace_defaults), (_DEMO_FLAGS, demo_defaults)):
         for name, (flag, kind, text) in flags.items():
             default = getattr(defaults, name)
@@ -111,6 +123,8 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         master=args.demo_master,
         out_dir=args.out,
         progress=not args.no_progress,
+        disk_tier=not args.no_disk_tier,
+        disk_fsync=args.disk_fsync,
         **demo,
     )
 
@@ -144,10 +158,16 @@ def run_from_args(args: argparse.Namespace | Any) -> int:
 
 
 def _summary_text(result: Any) -> str:
-    from mooncake_py.demo.report import format_table
+    from mooncake_py.demo.report import format_disk_table, format_table
 
     files = ", ".join(str(path) for path in result.files.values())
-    return f"\n{format_table(result)}\n\nwrote {files} ({result.wall_s:.0f} s)"
+    text = f"\n{format_table(result)}\n"
+    disk = format_disk_table(result)
+    if disk:
+        text += f"\nsame memory, without and with a disk tier:\n{disk}\n"
+    elif result.disk_tier_skipped:
+        text += f"\ndisk-tier replay skipped: {result.disk_tier_skipped}\n"
+    return text + f"\nwrote {files} ({result.wall_s:.0f} s)"
 
 
 def add_demo_subcommand(subparsers: Any, parents: Any = None) -> None:

@@ -35,6 +35,11 @@ class PolicyResult:
         evicted_ordinary: objects evicted that were not soft pinned (store counter delta).
         evicted_soft_pinned: soft-pinned objects evicted (store counter delta).
         bytes_released: bytes freed by session releases (store counter delta).
+        disk_tier: the workers mounted a disk tier during this replay.
+        disk_hits: reads the store served from a disk tier (store counter delta).
+        spilled_objects: objects written to a disk tier on eviction (store counter delta).
+        promoted_objects: objects copied back from disk to memory after a read (delta).
+        disk_peak_bytes: most bytes the disk tiers held after any step.
         session_calls: session actions the policy asked for.
         sessions_gone: unpins that found the session already empty (all pages evicted).
         wall_s: wall time of the replay.
@@ -59,6 +64,11 @@ class PolicyResult:
     evicted_ordinary: int = 0
     evicted_soft_pinned: int = 0
     bytes_released: int = 0
+    disk_tier: bool = False
+    disk_hits: int = 0
+    spilled_objects: int = 0
+    promoted_objects: int = 0
+    disk_peak_bytes: int = 0
     session_calls: dict[str, int] = dataclasses.field(default_factory=dict)
     sessions_gone: int = 0
     wall_s: float = 0.0
@@ -128,8 +138,13 @@ class PolicyResult:
         self.skipped_pages += save.skipped
         self.backpressure_turns += int(save.backpressure)
 
+    def sample_store(self, stats: Mapping[str, int]) -> None:
+        """Record the end of a step: memory occupancy and the disk tiers' bytes."""
+        self.occupancy.append(stats["allocated_bytes"] / max(stats["capacity_bytes"], 1))
+        self.disk_peak_bytes = max(self.disk_peak_bytes, int(stats.get("disk_used_bytes", 0)))
+
     def add_store_deltas(self, before: Mapping[str, int], after: Mapping[str, int]) -> None:
-        """Take the eviction and release counters from two store stats snapshots."""
+        """Take the eviction, release and disk-tier counters from two store stats snapshots."""
 
         def delta(name: str) -> int:
             return int(after.get(name, 0)) - int(before.get(name, 0))
@@ -137,6 +152,9 @@ class PolicyResult:
         self.evicted_soft_pinned = delta("evicted_soft_pinned")
         self.evicted_ordinary = delta("evicted_objects") - self.evicted_soft_pinned
         self.bytes_released = delta("released_bytes")
+        self.disk_hits = delta("disk_hits")
+        self.spilled_objects = delta("spilled_objects")
+        self.promoted_objects = delta("promoted_objects")
 
 
 def rolling_rate(hits: list[int], totals: list[int], window: int) -> list[float | None]:

@@ -1,6 +1,8 @@
 """The two retention policies the demo compares, as decisions in virtual time.
 
-- ``plain``: the store's LRU alone. Turns write untagged pages; nothing else is said.
+- ``plain``: the store's LRU alone. Turns write untagged pages; nothing else is said. The
+  runner also replays it as ``plain+disk`` on workers that mount a disk tier: the same
+  decisions, with evicted pages kept on disk.
 - ``sessions``: one KV session per conversation. A turn attaches its prefix hits and tags its
   writes, and pins the session (the conversation is live); a session idle for ``pin_idle_s``
   is unpinned (its pages become ordinary cache, still reusable); a conversation that says it
@@ -23,6 +25,8 @@ from mooncake_py.demo.worker import SessionJob, TurnJob
 
 PLAIN = "plain"
 SESSIONS = "sessions"
+PLAIN_DISK = "plain+disk"
+"""Plain LRU on workers that also mount a disk tier: the same decisions, another store."""
 
 
 class Policy(Protocol):
@@ -44,9 +48,15 @@ class Policy(Protocol):
 
 
 class PlainPolicy:
-    """LRU only: no sessions."""
+    """LRU only: no sessions.
 
-    name = PLAIN
+    Args:
+        name: the name results carry (:data:`PLAIN`, or :data:`PLAIN_DISK` for the replay on
+            workers with a disk tier).
+    """
+
+    def __init__(self, name: str = PLAIN) -> None:
+        self.name = name
 
     def job_for(self, turn: Turn) -> TurnJob:
         """An untagged turn."""

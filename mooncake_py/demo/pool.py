@@ -17,9 +17,14 @@ class DemoError(RuntimeError):
 
 
 class WorkerPool:
-    """Engine-worker processes (spawned), each serving job lists over a pipe."""
+    """Engine-worker processes (spawned), each serving job lists over a pipe.
+
+    Attributes:
+        disk_tier: every worker mounts a disk tier (its spec names a ``disk_dir``).
+    """
 
     def __init__(self, specs: Sequence[WorkerSpec]) -> None:
+        self.disk_tier = bool(specs) and all(spec.disk_dir is not None for spec in specs)
         context = multiprocessing.get_context("spawn")
         self._conns: list[Connection] = []
         self._procs: list[BaseProcess] = []
@@ -65,7 +70,7 @@ class WorkerPool:
         return outcomes
 
     def stop(self) -> None:
-        """Ask every worker to leave the store and exit; kill those that do not."""
+        """Ask every worker to leave the store and exit; kill those that do not. Idempotent."""
         for conn in self._conns:
             with contextlib.suppress(OSError, ValueError):
                 conn.send(None)
@@ -76,3 +81,4 @@ class WorkerPool:
                 proc.join(timeout=5)
         for conn in self._conns:
             conn.close()
+        self._conns, self._procs = [], []

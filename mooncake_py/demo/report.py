@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mooncake_py.demo.metrics import PolicyResult, rolling_rate
+from mooncake_py.demo.policy import PLAIN, PLAIN_DISK
 from mooncake_py.demo.runner import DemoResult
 
 PLOT_NAME = "occupancy-hit-rate.png"
@@ -33,8 +34,50 @@ COLUMNS = (
 )
 
 
+DISK_COLUMNS = (
+    "policy",
+    "disk tier",
+    "hit rate",
+    "live hit rate",
+    "pages recomputed",
+    "evicted (lost)",
+    "spilled to disk",
+    "disk hits",
+    "promotions",
+    "disk peak",
+)
+"""The side-by-side table of plain LRU without and with the disk tier."""
+
+
 def _mib(count: int) -> str:
     return f"{count / (1 << 20):.1f} MiB"
+
+
+def disk_tier_pair(result: DemoResult) -> list[PolicyResult]:
+    """Plain LRU without and with the disk tier, when both ran (else empty)."""
+    by_name = {p.name: p for p in result.policies}
+    if PLAIN in by_name and PLAIN_DISK in by_name:
+        return [by_name[PLAIN], by_name[PLAIN_DISK]]
+    return []
+
+
+def disk_table_rows(result: DemoResult) -> list[list[str]]:
+    """One row of strings per policy of :func:`disk_tier_pair`, in :data:`DISK_COLUMNS` order."""
+    return [
+        [
+            p.name,
+            "yes" if p.disk_tier else "no",
+            f"{p.hit_rate:.1%}",
+            f"{p.live_hit_rate:.1%}",
+            f"{p.pages_recomputed:,}",
+            f"{p.evicted_ordinary + p.evicted_soft_pinned:,}",
+            f"{p.spilled_objects:,}",
+            f"{p.disk_hits:,}",
+            f"{p.promoted_objects:,}",
+            _mib(p.disk_peak_bytes),
+        ]
+        for p in disk_tier_pair(result)
+    ]
 
 
 def table_rows(result: DemoResult) -> list[list[str]]:
@@ -57,8 +100,18 @@ def table_rows(result: DemoResult) -> list[list[str]]:
 
 def format_table(result: DemoResult) -> str:
     """The summary table as aligned plain text (first column left, numbers right)."""
-    rows = [list(COLUMNS), *table_rows(result)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    return _aligned(COLUMNS, table_rows(result))
+
+
+def format_disk_table(result: DemoResult) -> str:
+    """The disk-tier table as aligned plain text; "" when the disk-tier replay did not run."""
+    rows = disk_table_rows(result)
+    return _aligned(DISK_COLUMNS, rows) if rows else ""
+
+
+def _aligned(columns: tuple[str, ...], body: list[list[str]]) -> str:
+    rows = [list(columns), *body]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
 
     def line(row: list[str]) -> str:
         cells = [row[0].ljust(widths[0])] + [
@@ -72,9 +125,13 @@ def format_table(result: DemoResult) -> str:
 
 def markdown_table(result: DemoResult) -> str:
     """The summary table in markdown."""
-    head = "| " + " | ".join(COLUMNS) + " |"
-    align = "|" + "|".join([":---"] + ["---:"] * (len(COLUMNS) - 1)) + "|"
-    body = ["| " + " | ".join(row) + " |" for row in table_rows(result)]
+    return _markdown(COLUMNS, table_rows(result))
+
+
+def _markdown(columns: tuple[str, ...], rows: list[list[str]]) -> str:
+    head = "| " + " | ".join(columns) + " |"
+    align = "|" + "|".join([":---"] + ["---:"] * (len(columns) - 1)) + "|"
+    body = ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join([head, align, *body])
 
 
@@ -103,14 +160,15 @@ def plot(result: DemoResult, path: Path) -> None:
                 label=f"{policy.name}, {what}",
             )
     top.axhline(90, color="grey", linestyle="--", linewidth=1, label="eviction watermark")
-    top.set_ylabel("store occupancy (% of capacity)")
+    top.set_ylabel("memory occupancy (% of capacity)")
     top.set_ylim(0, 105)
     top.legend(loc="lower right")
     bottom.set_ylabel(f"prefix hit rate, last {ROLLING_WINDOW_S:.0f} s (%)")
     bottom.set_xlabel("virtual time (s)")
     bottom.set_ylim(0, 105)
     bottom.legend(loc="lower right")
-    fig.suptitle("KV store occupancy and hit rate: LRU only vs. KV sessions")
+    names = " vs. ".join(p.name for p in result.policies)
+    fig.suptitle(f"KV store memory occupancy and hit rate: {names}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -145,6 +203,31 @@ def _summary(result: DemoResult) -> dict[str, Any]:
         "master_settings": result.master_settings,
         "abandon_after_s": result.config.abandon_after_s,
         "policies": [totals(p) for p in result.policies],
+        "disk_tier": _disk_summary(result),
+    }
+
+
+def _disk_summary(result: DemoResult) -> dict[str, Any]:
+    """Plain LRU without and with the disk tier, side by side (or why that replay is missing)."""
+    pair = disk_tier_pair(result)
+    if not pair:
+        reason = result.disk_tier_skipped or "not run (disk_tier off)"
+        return {"ran": False, "skipped": reason}
+    without, with_tier = pair
+    return {
+        "ran": True,
+        "fsync": result.config.disk_fsync,
+        "quota_mib_per_worker": result.config.disk_quota_mib,
+        "hit_rate": {"without": without.hit_rate, "with": with_tier.hit_rate},
+        "live_hit_rate": {"without": without.live_hit_rate, "with": with_tier.live_hit_rate},
+        "pages_recomputed": {
+            "without": without.pages_recomputed,
+            "with": with_tier.pages_recomputed,
+        },
+        "disk_hits": with_tier.disk_hits,
+        "promotions": with_tier.promoted_objects,
+        "spilled_objects": with_tier.spilled_objects,
+        "disk_peak_bytes": with_tier.disk_peak_bytes,
     }
 
 
@@ -196,9 +279,13 @@ def _report(result: DemoResult) -> str:
         f"- Every page loaded ({verified:,} in all) was checked byte for byte against the "
         "content its hash implies; none differed.",
         "",
+        *_disk_section(result),
         "## Policies",
         "",
         "- **plain**: untagged writes; the store's LRU decides alone.",
+        "- **plain+disk**: plain, on fresh workers with the same memory that each also mount a "
+        "disk tier: pages evicted from memory are written to files and stay readable (a read "
+        "may copy one back to memory: a promotion).",
         f"- **sessions**: one session per conversation. Each turn attaches its hits, tags its "
         f"writes and pins the session; idle {config.pin_idle_s:.0f} s -> unpin; an ended "
         f"conversation is closed; silent {config.abandon_after_s:.0f} s -> released. "
@@ -212,6 +299,33 @@ def _report(result: DemoResult) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _disk_section(result: DemoResult) -> list[str]:
+    """The report's disk-tier section: plain LRU without and with the tier, side by side."""
+    rows = disk_table_rows(result)
+    if not rows:
+        reason = result.disk_tier_skipped or "not asked for (`--no-disk-tier`)"
+        return ["## With a disk tier", "", f"The disk-tier replay did not run: {reason}.", ""]
+    without, with_tier = disk_tier_pair(result)
+    quota = result.config.disk_quota_mib
+    size = f"{quota:,.0f} MiB each" if quota is not None else "the client's default size"
+    return [
+        "## With a disk tier",
+        "",
+        "The same trace and the same memory under plain LRU, without and with a disk tier "
+        f"under each worker's memory ({size}, files synced: "
+        f"{'yes' if result.config.disk_fsync else 'no'}):",
+        "",
+        _markdown(DISK_COLUMNS, rows),
+        "",
+        f"- Pages recomputed: {without.pages_recomputed:,} without the tier, "
+        f"{with_tier.pages_recomputed:,} with it; {with_tier.disk_hits:,} reads were served "
+        f"from disk and {with_tier.promoted_objects:,} objects copied back to memory.",
+        "- *evicted (lost)*: objects dropped from the store; with the tier, an object evicted "
+        "from memory is spilled to disk instead, unless the tier is full or busy.",
+        "",
+    ]
 
 
 def write_outputs(result: DemoResult) -> dict[str, Path]:

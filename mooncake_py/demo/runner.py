@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from mooncake_py.client.api import Client
 from mooncake_py.demo.metrics import PolicyResult
-from mooncake_py.demo.policy import PlainPolicy, Policy, SessionPolicy
+from mooncake_py.demo.policy import PLAIN_DISK, PlainPolicy, Policy, SessionPolicy
 from mooncake_py.demo.pool import DemoError, WorkerPool
 from mooncake_py.demo.trace import Trace, TraceConfig, generate, in_progress_pages, reusable_prefix
 from mooncake_py.demo.worker import (
@@ -63,7 +64,14 @@ class DemoConfig:
         lease_ms: read-lease TTL of the embedded master in ms; None runs upstream's default
             (10 s). Readers end their leases when their copies are done, so the TTL only
             bounds readers that die; it no longer decides what eviction may take.
-        master: ``host:port`` of an existing master to use instead of an embedded one.
+        disk_tier: also replay plain LRU with a disk tier under each worker's memory.
+        disk_quota_mib: each tier's size in MiB (None: the client's default, a share of the
+            filesystem's free space).
+        disk_fsync: the tiers sync each file before it may be served. Off by default: the
+            tiers live in a temporary directory removed at the end of the run, so durability
+            buys nothing here, and syncing every spill slows the replay down.
+        master: ``host:port`` of an existing master to use instead of an embedded one (its
+            ``enable_offload`` must be on for the disk-tier replay, or that replay is skipped).
         out_dir: where the report, plot and JSON summary go.
         model: model name in the keys.
         progress: draw a progress line on stderr.
@@ -77,6 +85,9 @@ class DemoConfig:
     abandon_after_s: float = 160.0
     step_s: float = 1.0
     lease_ms: int | None = None
+    disk_tier: bool = True
+    disk_quota_mib: float | None = None
+    disk_fsync: bool = False
     master: str | None = None
     out_dir: Path = Path("demo-output")
     model: str = "demo-org/chat-model-8b"
@@ -93,6 +104,8 @@ class DemoConfig:
             raise ValueError("capacity_ratio must be positive")
         if self.capacity_mib is not None and self.capacity_mib <= 0:
             raise ValueError("capacity_mib must be positive")
+        if self.disk_quota_mib is not None and self.disk_quota_mib <= 0:
+            raise ValueError("disk_quota_mib must be positive")
         if not 0 < self.pin_idle_s <= self.abandon_after_s:
             raise ValueError("need 0 < pin_idle_s <= abandon_after_s")
         if self.trace.think_min_s <= self.step_s:
@@ -124,11 +137,13 @@ class DemoResult:
         capacity_bytes: capacity the workers contributed.
         live_peak_bytes: bytes of live conversations' contexts at the busiest step (see
             :func:`in_progress_pages`).
-        policies: results, plain first.
+        policies: results, plain first (then sessions, then plain+disk when it ran).
         master: address of the master used.
         embedded: whether the demo started that master.
         master_settings: the embedded master's settings that shape the outcome (lease TTL,
             eviction watermarks and ratio, soft-pin rules); empty for an existing master.
+        disk_tier_skipped: why the disk-tier replay did not run ("" when it ran or was not
+            asked for).
         files: paths written (report, plot, summary).
         wall_s: wall time of the whole run.
     """
@@ -141,6 +156,7 @@ class DemoResult:
     master: str
     embedded: bool
     master_settings: dict[str, object] = dataclasses.field(default_factory=dict)
+    disk_tier_skipped: str = ""
     files: dict[str, Path] = dataclasses.field(default_factory=dict)
     wall_s: float = 0.0
 
@@ -238,12 +254,12 @@ def replay(
                 result.add_turn(
                     reusable[index], system_pages, follow_up, outcome.loaded, outcome.save
                 )
-        stats = _stats(master)
-        result.occupancy.append(stats["allocated_bytes"] / max(stats["capacity_bytes"], 1))
+        result.sample_store(_stats(master))
         progress.update(step + 1, result)
     result.wall_s = time.monotonic() - started
     result.add_store_deltas(before, _stats(master))
     result.session_calls = policy.counts()
+    result.disk_tier = pool.disk_tier
     progress.finish(result)
     return result
 
@@ -268,14 +284,61 @@ SHOWN_MASTER_SETTINGS = (
     "eviction_ratio",
     "default_kv_soft_pin_ttl",
     "allow_evict_soft_pinned_objects",
+    "enable_offload",
+    "promotion_on_hit",
 )
 """The master settings the report states (those that change what the policies achieve)."""
 
 
+def _specs(
+    config: DemoConfig, trace: Trace, capacity: int, address: str, run_id: str, disk_root: str
+) -> list[WorkerSpec]:
+    """One spec per rank; with ``disk_root`` each mounts a disk tier under its own subdirectory."""
+    quota = int(config.disk_quota_mib * MIB) if config.disk_quota_mib is not None else 0
+    return [
+        WorkerSpec(
+            rank=rank,
+            master=address,
+            segment_bytes=capacity // config.trace.workers,
+            page_bytes=config.page_bytes,
+            max_pages=trace.max_pages,
+            model=config.model,
+            key_prefix=run_id,
+            disk_dir=os.path.join(disk_root, f"rank-{rank}") if disk_root else None,
+            disk_quota_bytes=quota,
+            disk_fsync=config.disk_fsync,
+        )
+        for rank in range(config.trace.workers)
+    ]
+
+
+def _replay_and_clean(
+    pool: WorkerPool,
+    stats_client: Client,
+    baseline: Mapping[str, int],
+    trace: Trace,
+    policy: Policy,
+    config: DemoConfig,
+    capacity: int,
+    run_id: str,
+) -> PolicyResult:
+    result = replay(pool, stats_client, trace, policy, config, capacity)
+    pool.dispatch([[CleanupJob(run_id)]])
+    # Removed keys free their memory once their read leases end (the embedded master's are
+    # short; a deployment's may last seconds).
+    _wait_drained(stats_client, baseline, timeout_s=15.0)
+    return result
+
+
 def _replay_policies(
     config: DemoConfig, trace: Trace, capacity: int, address: str, run_id: str
-) -> list[PolicyResult]:
-    """Start the workers on ``address`` and replay ``trace`` under each policy."""
+) -> tuple[list[PolicyResult], str]:
+    """Start the workers on ``address`` and replay ``trace`` under each policy.
+
+    Returns:
+        The results, and why the disk-tier replay was skipped ("" when it ran or was not
+        asked for).
+    """
     with contextlib.ExitStack() as cleanup:
         try:
             # Contributes no memory; the token, if any, comes from MOONCAKE_AUTH_TOKEN.
@@ -284,35 +347,58 @@ def _replay_policies(
             baseline = _stats(stats_client)
         except MooncakeError as exc:
             raise MasterUnreachableError(f"cannot reach the master at {address}: {exc}") from exc
-        specs = [
-            WorkerSpec(
-                rank=rank,
-                master=address,
-                segment_bytes=capacity // config.trace.workers,
-                page_bytes=config.page_bytes,
-                max_pages=trace.max_pages,
-                model=config.model,
-                key_prefix=run_id,
-            )
-            for rank in range(config.trace.workers)
-        ]
-        pool = WorkerPool(specs)
+        pool = WorkerPool(_specs(config, trace, capacity, address, run_id, ""))
         cleanup.callback(pool.stop)
-        results: list[PolicyResult] = []
-        for policy in (
-            PlainPolicy(),
-            SessionPolicy(run_id, config.pin_idle_s, config.abandon_after_s),
-        ):
-            results.append(replay(pool, stats_client, trace, policy, config, capacity))
-            pool.dispatch([[CleanupJob(run_id)]])
-            # Removed keys free their memory once their read leases end (the embedded
-            # master's are short; a deployment's may last seconds).
-            _wait_drained(stats_client, baseline, timeout_s=15.0)
-        return results
+        results = [
+            _replay_and_clean(pool, stats_client, baseline, trace, policy, config, capacity, run_id)
+            for policy in (
+                PlainPolicy(),
+                SessionPolicy(run_id, config.pin_idle_s, config.abandon_after_s),
+            )
+        ]
+        pool.stop()
+        if not config.disk_tier:
+            return results, ""
+        disk_root = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="demo-disk-tier-"))
+        try:
+            disk_pool = WorkerPool(_specs(config, trace, capacity, address, run_id, disk_root))
+        except DemoError as exc:
+            if config.master is None:
+                raise  # the embedded master accepts disk tiers: this is a real failure
+            # An existing deployment may refuse disk tiers (enable_offload off).
+            return results, f"the workers could not mount a disk tier: {_last_line(exc)}"
+        cleanup.callback(disk_pool.stop)
+        # A master with enable_offload off refuses the mounts and the workers go on without a
+        # tier: replaying then would only repeat plain LRU under another name.
+        mounted = _stats(stats_client).get("disk_segments", 0) - baseline.get("disk_segments", 0)
+        if mounted < config.trace.workers:
+            disk_pool.stop()
+            reason = f"the master mounted {max(mounted, 0)} of {config.trace.workers} disk tiers"
+            if config.master is None:
+                raise DemoError(reason)
+            return results, f"{reason} (is its enable_offload off?)"
+        results.append(
+            _replay_and_clean(
+                disk_pool,
+                stats_client,
+                baseline,
+                trace,
+                PlainPolicy(PLAIN_DISK),
+                config,
+                capacity,
+                run_id,
+            )
+        )
+        return results, ""
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__
 
 
 def run(config: DemoConfig) -> DemoResult:
-    """Run the demo: both policies on one trace; writes the report, plot and summary.
+    """Run the demo: every policy on one trace; writes the report, plot and summary.
 
     Workers are spawned processes: a script calling this must do so under
     ``if __name__ == "__main__":``.
@@ -336,7 +422,7 @@ def run(config: DemoConfig) -> DemoResult:
         else {name: getattr(embedded.config, name) for name in SHOWN_MASTER_SETTINGS}
     )
     try:
-        results = _replay_policies(config, trace, capacity, address, run_id)
+        results, disk_tier_skipped = _replay_policies(config, trace, capacity, address, run_id)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -349,6 +435,7 @@ def run(config: DemoConfig) -> DemoResult:
         master=address,
         embedded=embedded is not None,
         master_settings=settings,
+        disk_tier_skipped=disk_tier_skipped,
     )
     result.wall_s = time.monotonic() - started
     result.files = write_outputs(result)

@@ -52,6 +52,11 @@ class WorkerSpec:
         max_pages: pages its KV buffer holds (the longest turn).
         model: served model name (goes into keys).
         key_prefix: namespace of this run's keys.
+        disk_dir: mount a disk tier under this directory next to the segment (None: memory
+            only): objects evicted from the worker's memory are written there and stay
+            readable.
+        disk_quota_bytes: the tier's size (0: the client's default share of the free space).
+        disk_fsync: sync each tier file before the master may serve it.
     """
 
     rank: int
@@ -61,6 +66,9 @@ class WorkerSpec:
     max_pages: int
     model: str
     key_prefix: str
+    disk_dir: str | None = None
+    disk_quota_bytes: int = 0
+    disk_fsync: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,12 +129,20 @@ class EngineWorker:
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
+        settings: dict[str, Any] = {
+            "local_hostname": "127.0.0.1",
+            "global_segment_size": spec.segment_bytes,
+            "master_server_addr": spec.master,
+        }
+        if spec.disk_dir is not None:
+            settings |= {
+                "enable_ssd_offload": True,
+                "ssd_offload_path": spec.disk_dir,
+                "ssd_offload_quota": spec.disk_quota_bytes,
+                "ssd_offload_fsync": spec.disk_fsync,
+            }
         try:
-            self.client = Client.connect(
-                local_hostname="127.0.0.1",
-                global_segment_size=spec.segment_bytes,
-                master_server_addr=spec.master,
-            )
+            self.client = Client.connect(**settings)
         except MooncakeError as exc:
             raise RuntimeError(
                 f"worker {spec.rank}: joining the store at {spec.master} failed: {exc}"

@@ -1,5 +1,6 @@
-"""The demo end to end: quick mode (embedded master, two worker processes), the demo against an
-existing master, and its self-check of the bytes it reads back."""
+"""The demo end to end: quick mode (embedded master, two worker processes, the replay with a disk
+tier), the demo against an existing master (with and without disk tiers allowed), and its
+self-check of the bytes it reads back."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -25,7 +27,7 @@ from mooncake_py.testing import InProcessMaster
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _policies(out: Path) -> dict[str, dict[str, float]]:
+def _policies(out: Path) -> dict[str, dict[str, Any]]:
     summary = json.loads((out / SUMMARY_NAME).read_text())
     return {p["name"]: p for p in summary["policies"]}
 
@@ -50,6 +52,31 @@ def test_quick_demo_sessions_beat_plain_lru(tmp_path: Path, capsys: pytest.Captu
     assert "| sessions |" in report and f"]({PLOT_NAME})" in report
     printed = capsys.readouterr().out
     assert "live hit rate" in printed and "sessions" in printed
+    _check_disk_tier_replay(tmp_path, printed)
+
+
+def _check_disk_tier_replay(out: Path, printed: str) -> None:
+    """The third replay: plain LRU on the same memory with a disk tier under each worker."""
+    summary = json.loads((out / SUMMARY_NAME).read_text())
+    policies = {p["name"]: p for p in summary["policies"]}
+    plain, disk = policies["plain"], policies["plain+disk"]
+    assert (plain["disk_tier"], disk["disk_tier"]) == (False, True)
+    assert disk["turns"] == plain["turns"] and disk["reusable"] == plain["reusable"]
+    assert disk["capacity_bytes"] == plain["capacity_bytes"]  # the same memory
+    assert disk["verified_pages"] > plain["verified_pages"]
+    # Evicted pages went to disk and were read from there instead of being recomputed.
+    assert disk["spilled_objects"] > 0 and disk["disk_hits"] > 0 and disk["disk_peak_bytes"] > 0
+    assert plain["spilled_objects"] == plain["disk_hits"] == plain["disk_peak_bytes"] == 0
+    assert disk["hit_rate"] >= plain["hit_rate"]
+    assert disk["pages_recomputed"] < plain["pages_recomputed"]
+    side_by_side = summary["disk_tier"]
+    assert side_by_side["ran"] is True
+    assert side_by_side["hit_rate"] == {"without": plain["hit_rate"], "with": disk["hit_rate"]}
+    assert side_by_side["disk_hits"] == disk["disk_hits"]
+    assert side_by_side["promotions"] == disk["promoted_objects"]
+    report = (out / REPORT_NAME).read_text()
+    assert "## With a disk tier" in report and "| plain+disk | yes |" in report
+    assert "without and with a disk tier" in printed and "promotions" in printed
 
 
 def test_demo_against_an_existing_master(tmp_path: Path) -> None:
@@ -75,9 +102,24 @@ def _run_against(master: InProcessMaster, tmp_path: Path) -> None:
     summary = json.loads((tmp_path / SUMMARY_NAME).read_text())
     assert summary["master"] == master.address and summary["embedded_master"] is False
     assert all(p["turns"] > 12 for p in summary["policies"])
-    # The demo cleans up after itself: no key and no session of the run is left behind.
+    # The demo cleans up after itself: no key and no session of the run is left behind, and
+    # the disk tiers are unmounted with their workers.
     stats = master.service.stats()
     assert stats["objects"] == 0 and stats["sessions"] == 0
+    assert stats["disk_segments"] == 0 and stats["segments"] == 0
+    names = [p["name"] for p in summary["policies"]]
+    if master.config.enable_offload:
+        assert names == ["plain", "sessions", "plain+disk"] and summary["disk_tier"]["ran"]
+    else:
+        assert names == ["plain", "sessions"]
+        assert "disk tier" in summary["disk_tier"]["skipped"]
+        assert "did not run" in (tmp_path / REPORT_NAME).read_text()
+
+
+def test_demo_against_a_master_that_refuses_disk_tiers(tmp_path: Path) -> None:
+    # The disk-tier replay is skipped with its reason; the other two still run and report.
+    with InProcessMaster(default_kv_lease_ttl=200, enable_offload=False) as master:
+        _run_against(master, tmp_path)
 
 
 def test_unreachable_master_fails_with_a_nonzero_exit(tmp_path: Path) -> None:
@@ -118,6 +160,15 @@ def test_cli_registration_for_the_ops_cli() -> None:
     config = config_from_args(args)
     assert (config.trace.seed, config.trace.conversations, config.capacity_mib) == (3, 150, 64)
     assert config.master is None and config.out_dir == Path("demo-output")  # embedded master
+    assert (config.disk_tier, config.disk_fsync, config.disk_quota_mib) == (True, False, None)
+    tierless = parser.parse_args(["demo", "--no-disk-tier", "--disk-fsync"])
+    assert (config_from_args(tierless).disk_tier, config_from_args(tierless).disk_fsync) == (
+        False,
+        True,
+    )
+    assert (
+        config_from_args(parser.parse_args(["demo", "--disk-quota-mib", "8"])).disk_quota_mib == 8
+    )
     assert args.master == "127.0.0.1:50051"  # the global option is left alone
     explicit = parser.parse_args(["demo", "--master", "10.0.0.1:50051"])
     assert config_from_args(explicit).master == "10.0.0.1:50051"
