@@ -137,6 +137,8 @@ def restore_sliced(
         taken = [(offset, size) for offset, size, _ in kept]
         orphans = _uncovered(image.ranges.get(segment_id, {}), taken, extent)
         allocator.restore_allocations(sorted(taken + orphans))
+        if isinstance(allocator, DiskSpace):
+            allocator.advance_to(image.segments[segment_id].next_offset)
         if disk:
             # Disk offsets are never handed out again, so nothing needs holding: an orphan (a
             # spill the old leader had reserved for) is freed now and its file, if the owner

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from mooncake_py._wire import ha_records
 
+from ..state.disk_space import DiskSpace
 from ..state.objects import ObjectMetadata
 from ..state.store import StoreState
 from .journal import DirtyRows
@@ -131,6 +132,9 @@ class RowCapture:
             client_id=mounted.client_id,
             tenant=mounted.tenant,
             disk=info.disk,
+            next_offset=mounted.allocator.next_offset
+            if isinstance(mounted.allocator, DiskSpace)
+            else 0,
         )
 
     def client_row(self, client_id: str) -> ClientRow | None:

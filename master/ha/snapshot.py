@@ -79,6 +79,7 @@ _SCALARS = {
         ("client_id", pa.string()),
         ("tenant", pa.string()),
         ("disk", pa.bool_()),
+        ("next_offset", pa.uint64()),
     ],
     ha_records.ClientRow: [
         ("client_id", pa.string()),

@@ -208,6 +208,7 @@ class DiskTierService:
         Returns:
             Per key: OK (on disk, or on its way); OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY
             while it is being written; OBJECT_HAS_LEASE while a reader copies it;
+            OBJECT_REPLICA_BUSY for a hard-pinned object (pinned to memory);
             UNABLE_OFFLOAD when no disk tier may hold it (none on its memory's owner, not
             usable by its tenant, full of objects that cannot go, or paused after a failed
             spill); every key INVALID_PARAMS for a bad tenant or over ``max_batch_keys``.
@@ -228,6 +229,8 @@ class DiskTierService:
                 )
             if meta.is_writing() or not meta.is_readable():
                 return int(ErrorCode.REPLICA_IS_NOT_READY)
+            if meta.hard_pinned:
+                return int(ErrorCode.OBJECT_REPLICA_BUSY)  # pinned to memory
             if state.reads.is_read(meta):
                 return int(ErrorCode.OBJECT_HAS_LEASE)
             if not state.memory_replicas(meta) or moves.demote(meta, now):

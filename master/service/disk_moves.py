@@ -19,13 +19,17 @@ next to its memory segment gets, from here, the tasks it runs (:mod:`..state.dis
   own memory segment and asks the owner to copy the file there (:meth:`DiskMoves.after_read`);
   the object then has both replicas, so evicting it again costs nothing.
 - **Failures.** A spill that fails or times out leaves the object in memory as an ordinary
-  candidate, and that tier is passed over for :data:`FAILED_TIER_PAUSE_S`, so a broken disk
-  degrades to plain eviction rather than to a stall. A failed promotion frees its reservation.
+  candidate, and that tier is passed over for a while (longer after each failure in a row,
+  :meth:`~..state.disk_tier.DiskTiers.spill_failed`), so a broken or hung disk degrades to
+  plain eviction rather than to a stall. A failed promotion frees its reservation; one that
+  timed out holds it for :data:`LATE_PROMOTION_HOLD_S` first (its owner may still be copying).
 
 Thread-safety: none; every method runs under the service lock.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection, Hashable
 
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import DiskTaskKind, ReplicaStatus
@@ -35,8 +39,9 @@ from ..state.objects import ObjectMetadata, Replica
 from ..state.segments import Allocation, MountedSegment
 from ..state.store import StoreState, is_soft_pinned
 
-FAILED_TIER_PAUSE_S = 5.0
-"""How long a disk tier whose spill failed is passed over."""
+LATE_PROMOTION_HOLD_S = 120.0
+"""How long the memory of a promotion that timed out is held before it is reused: a late copy
+of its owner must land in memory nobody else owns."""
 DISK_EVICTION_BUDGET = 256
 """Objects of a tier's LRU one reservation may examine to make room."""
 RETRY_AFTER_MS = 20
@@ -51,8 +56,10 @@ class DiskMoves:
 
     # -- eviction: demote rather than lose -------------------------------------------------
 
-    def demote(self, meta: ObjectMetadata, now: float) -> bool:
-        """Eviction picked ``meta``: keep it on disk if the tier allows.
+    def demote(self, meta: ObjectMetadata, now: float, spared: Collection[Hashable] = ()) -> bool:
+        """Eviction picked ``meta``: keep it on disk if the tier allows. Making room on a full
+        tier never takes ``meta`` or an object in ``spared`` (the evictor's: an upsert is
+        replacing it).
 
         Returns:
             True when the object stays (its memory was dropped because a disk replica exists,
@@ -78,11 +85,13 @@ class DiskMoves:
             tier = self._tier_for(source, meta.tenant, now)
             if tier is None:
                 continue
-            target = self.reserve_disk(tier, meta.size, now, spare=meta)
+            target = self.reserve_disk(tier, meta.size, now, spared=(meta.object_id, spared))
             if target is None:
                 continue
-            freed = sum(r.size for r in memory)
-            state.disk.start(DiskTaskKind.SPILL, meta, source, target, tier.client_id, now, freed)
+            freed_on = tuple((r.segment_id, r.size) for r in memory)
+            state.disk.start(
+                DiskTaskKind.SPILL, meta, source, target, tier.client_id, now, freed_on
+            )
             state.policy.on_removed(object_id)
             state.counters.spills_started += 1
             return True
@@ -104,10 +113,15 @@ class DiskMoves:
         return tier
 
     def reserve_disk(
-        self, tier: MountedSegment, size: int, now: float, spare: ObjectMetadata | None = None
+        self,
+        tier: MountedSegment,
+        size: int,
+        now: float,
+        spared: tuple[Hashable, Collection[Hashable]] | None = None,
     ) -> Allocation | None:
         """A fresh range of ``size`` bytes on ``tier``, freeing the oldest objects of its LRU
-        when the quota is full (never ``spare``); None when no room can be made.
+        when the quota is full (never the object ``spared[0]`` nor those in ``spared[1]``);
+        None when no room can be made.
         Complexity: O(1), or O(:data:`DISK_EVICTION_BUDGET`) when the quota is full."""
         state = self._state
         segments = state.segments
@@ -123,7 +137,8 @@ class DiskMoves:
             if victim is None or replica is None:
                 state.disk.forget(object_id)  # a stale entry: the replica went another way
                 continue
-            if victim is spare or not self._may_leave_disk(victim, now):
+            keep = spared is not None and (object_id == spared[0] or object_id in spared[1])
+            if keep or not self._may_leave_disk(victim, now):
                 state.disk.to_newest(segment_id, object_id)
                 continue
             state.disk.forget(object_id)
@@ -183,10 +198,10 @@ class DiskMoves:
 
     # -- the owner's reports ---------------------------------------------------------------
 
-    def finished(self, record: DiskTaskRecord, code: int, now: float) -> None:
-        """The owner ran ``record`` (``code`` 0: the copy is complete), or it expired
-        (``code`` < 0). Applies the outcome; the caller already took it out of the table.
-        O(replicas)."""
+    def finished(self, record: DiskTaskRecord, code: int, now: float, late: bool = False) -> None:
+        """The owner ran ``record`` (``code`` 0: the copy is complete), or it failed (``code``
+        < 0; ``late``: it timed out, and the owner may still be copying). Applies the outcome;
+        the caller already took it out of the table. O(replicas)."""
         state = self._state
         meta = state.objects.get(record.meta.object_id)
         current = (
@@ -198,7 +213,7 @@ class DiskMoves:
         if record.kind is DiskTaskKind.SPILL:
             self._spill_finished(record, meta if current else None, code, now)
         else:
-            self._promotion_finished(record, meta if current else None, code)
+            self._promotion_finished(record, meta if current else None, code, late)
 
     def _spill_finished(
         self, record: DiskTaskRecord, meta: ObjectMetadata | None, code: int, now: float
@@ -209,9 +224,10 @@ class DiskMoves:
             state.segments.free(target.segment.info.id, target.offset)
             if code != 0:
                 state.counters.spill_failures += 1
-                state.disk.failed_until[target.segment.info.id] = now + FAILED_TIER_PAUSE_S
-            self._back_to_memory_candidates(record)
+                state.disk.spill_failed(target.segment.info.id, now)
+            state.restore_candidate(record.meta.object_id)
             return
+        state.disk.spill_done(target.segment.info.id)
         replica = Replica(
             state.next_replica_id(),
             target.segment.info.id,
@@ -230,25 +246,18 @@ class DiskMoves:
             return
         state.release_replicas(meta, state.memory_replicas(meta), now, keep_object=True)
 
-    def _back_to_memory_candidates(self, record: DiskTaskRecord) -> None:
-        """A spill that did not complete: its object (if it is still there, in memory, and
-        not being rewritten or pinned hard) is an ordinary eviction candidate again."""
-        state = self._state
-        meta = state.objects.get(record.meta.object_id)
-        if meta is None or meta.hard_pinned or meta.is_writing():
-            return  # a write in flight makes it a candidate when it completes
-        if meta.object_id in state.policy or state.disk.busy(meta.object_id):
-            return
-        if state.memory_replicas(meta):
-            state.policy.on_created(meta.object_id)
-
     def _promotion_finished(
-        self, record: DiskTaskRecord, meta: ObjectMetadata | None, code: int
+        self, record: DiskTaskRecord, meta: ObjectMetadata | None, code: int, late: bool
     ) -> None:
         state = self._state
         target = record.target
         if meta is None or code != 0:
-            state.segments.free(target.segment.info.id, target.offset)
+            segments = state.segments
+            if late and record.sent:
+                until = segments.wall_ms() + round(LATE_PROMOTION_HOLD_S * 1000)
+                segments.grant_holds.hold(target.segment.info.id, target.offset, until)
+            else:
+                segments.free(target.segment.info.id, target.offset)
             if code != 0:
                 state.counters.promotion_failures += 1
             return
@@ -271,5 +280,5 @@ class DiskMoves:
         for task_id in expired:
             record = state.disk.finish(task_id)
             if record is not None:
-                self.finished(record, int(ErrorCode.TASK_NOT_FOUND), now)
+                self.finished(record, int(ErrorCode.TASK_NOT_FOUND), now, late=True)
         return len(expired)

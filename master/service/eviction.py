@@ -129,7 +129,7 @@ class Evictor:
         removed = 0
         counters = self._state.counters
         for victim in self._victims_with(meta):
-            if self._disk is not None and self._disk.demote(victim, now):
+            if self._disk is not None and self._disk.demote(victim, now, self._spared):
                 removed += 1  # kept on disk (or on its way there)
                 continue
             pinned = is_soft_pinned(victim, now)
@@ -301,7 +301,7 @@ class Evictor:
                         if not include_pinned:
                             self._sync_cursor = cursor
                         return allocations
-                if self._state.disk.spilling_bytes >= request.size:
+                if self._state.disk.spilling_on(useful, now) >= request.size:
                     # Enough memory is on its way to disk: the write retries once it is free
                     # (the caller says when) rather than have more objects spilled (or lost)
                     # for it now.
@@ -315,7 +315,7 @@ class Evictor:
                     wrapped, cursor = True, -1
             if not include_pinned:
                 self._sync_cursor = -1
-            if len(usable_ids) < len(segments.memory_segments()):
+            if len(usable) < len(segments.memory_segments()):
                 # Other tenants' candidates may have used up the budget: the writer's own
                 # segments' objects decide, so a tenant never fails while they hold
                 # evictable objects of its own.
@@ -324,7 +324,7 @@ class Evictor:
                     return allocations
         self._state.counters.alloc_failures += 1
         self.allocation_failed = True
-        self.room_coming = self._state.disk.spilling_count > 0
+        self.room_coming = self._state.disk.spilling_on(useful, now) > 0
         return []
 
     def _evict_on_segments(

@@ -140,6 +140,11 @@ class DiskSpace:
             cursor = offset + size
         self._next = cursor
 
+    def advance_to(self, offset: int) -> None:
+        """Hand out nothing below ``offset`` from now on (a restored master continues where
+        the old one's space stood). O(1)."""
+        self._next = max(self._next, offset)
+
     def rounded(self, size: int) -> int:
         """``size``: disk allocations are not rounded."""
         return size

@@ -37,6 +37,16 @@ DISK_TASK_TIMEOUT_S = 30.0
 """A disk task not finished this long after it was handed out (or created) fails."""
 MAX_DELETES_PER_FETCH = 8192
 """File deletions one fetch hands out at most."""
+MAX_PENDING_DELETES = 1 << 20
+"""File deletions kept in all, for mounted tiers and for tiers whose owner is away (a tier
+mounted again under its id gets them); past it the oldest away tier's are dropped."""
+SPILL_FRESH_S = 10.0
+"""A spill started this recently counts as memory on its way (writers are told to retry);
+older ones in flight mean a slow or hung owner (writers fail at once instead)."""
+FAILED_TIER_PAUSE_S = 5.0
+"""How long a disk tier is passed over after a spill failed or expired; doubled for each
+failure in a row, up to :data:`MAX_TIER_PAUSE_S`, and reset by a spill that completes."""
+MAX_TIER_PAUSE_S = 300.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -53,7 +63,9 @@ class DiskTaskRecord:
         deadline: when it fails if not finished (service clock).
         sent: handed out to the owner.
         cancelled: the object was removed or rewritten meanwhile: the copy is dropped.
-        freed_memory: bytes of memory replicas the spill will free (for the used ratio).
+        freed_memory: bytes of memory replicas the spill will free (for the used ratio),
+            and on which segments (``freed_on``).
+        started_at: when the task was created.
     """
 
     id: int
@@ -66,6 +78,8 @@ class DiskTaskRecord:
     sent: bool = False
     cancelled: bool = False
     freed_memory: int = 0
+    freed_on: tuple[tuple[str, int], ...] = ()
+    started_at: float = 0.0
 
 
 class DiskTiers:
@@ -75,15 +89,23 @@ class DiskTiers:
         self._tasks: dict[int, DiskTaskRecord] = {}
         self._queued: dict[str, collections.deque[int]] = {}
         self._busy: dict[ObjectId, int] = {}
-        self._deletes: dict[str, list[int]] = {}
+        # Offsets of files to delete, per tier (mounted or away), oldest tier first; and the
+        # same as sets, so a restarted owner cannot register a file that is to go.
+        self._deletes: collections.OrderedDict[str, list[int]] = collections.OrderedDict()
+        self._doomed: dict[str, set[int]] = {}
         self._lru: dict[str, collections.OrderedDict[ObjectId, None]] = {}
         self._lru_of: dict[ObjectId, str] = {}
         self._ids = itertools.count(1)
-        # Memory bytes the spills in flight will free, in all: the used ratio discounts them.
+        self._pending = 0
+        # Memory bytes the spills in flight will free, in all (the used ratio discounts them)
+        # and per memory segment.
         self.spilling_bytes = 0
         self.spilling_count = 0
-        # Disk tiers whose last spill failed, and until when they are passed over.
+        self._spilling_on: dict[str, int] = {}
+        # Disk tiers whose last spills failed: until when they are passed over, and how many
+        # failed in a row.
         self.failed_until: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -95,10 +117,11 @@ class DiskTiers:
         target: Allocation,
         client_id: str,
         now: float,
-        freed_memory: int = 0,
+        freed_on: tuple[tuple[str, int], ...] = (),
     ) -> DiskTaskRecord:
-        """Record a new task for ``client_id`` to fetch. The caller checked the object has no
-        task (:meth:`busy`). O(1)."""
+        """Record a new task for ``client_id`` to fetch (a spill names the memory it will free,
+        as (segment id, bytes) pairs). The caller checked the object has no task
+        (:meth:`busy`). O(1)."""
         record = DiskTaskRecord(
             id=next(self._ids),
             kind=kind,
@@ -107,15 +130,60 @@ class DiskTiers:
             target=target,
             client_id=client_id,
             deadline=now + DISK_TASK_TIMEOUT_S,
-            freed_memory=freed_memory,
+            freed_memory=sum(size for _, size in freed_on),
+            freed_on=freed_on,
+            started_at=now,
         )
         self._tasks[record.id] = record
         self._queued.setdefault(client_id, collections.deque()).append(record.id)
         self._busy[meta.object_id] = record.id
         if kind is DiskTaskKind.SPILL:
-            self.spilling_bytes += freed_memory
+            self.spilling_bytes += record.freed_memory
             self.spilling_count += 1
+            for segment_id, size in freed_on:
+                self._spilling_on[segment_id] = self._spilling_on.get(segment_id, 0) + size
         return record
+
+    def spilling_on(self, segment_ids: Iterable[str], now: float) -> int:
+        """Memory bytes that spills started within :data:`SPILL_FRESH_S` will free on
+        ``segment_ids`` (those of slower spills are not counted: their owner may be hung).
+        O(segments + spills in flight) when a spill is stale, O(segments) otherwise."""
+        if not self.spilling_count:
+            return 0
+        wanted = set(segment_ids)
+        total = sum(self._spilling_on.get(s, 0) for s in wanted)
+        stale = now - SPILL_FRESH_S
+        if total and self._oldest_spill() < stale:
+            total = sum(
+                size
+                for t in self._tasks.values()
+                if t.kind is DiskTaskKind.SPILL and t.started_at >= stale
+                for segment_id, size in t.freed_on
+                if segment_id in wanted
+            )
+        return total
+
+    def _oldest_spill(self) -> float:
+        return min(
+            (t.started_at for t in self._tasks.values() if t.kind is DiskTaskKind.SPILL),
+            default=float("inf"),
+        )
+
+    def spill_failed(self, tier_id: str, now: float) -> None:
+        """A spill to ``tier_id`` failed or expired: pass the tier over for a while (longer
+        after each failure in a row). O(1)."""
+        if self.failed_until.get(tier_id, 0.0) > now:
+            return  # paused already: the same bout of failures (a batch that timed out)
+        failures = self._failures.get(tier_id, 0) + 1
+        self._failures[tier_id] = failures
+        pause = min(FAILED_TIER_PAUSE_S * 2 ** (failures - 1), MAX_TIER_PAUSE_S)
+        self.failed_until[tier_id] = now + pause
+
+    def spill_done(self, tier_id: str) -> None:
+        """A spill to ``tier_id`` completed: the tier works, its failures in a row and any
+        pause are over. O(1)."""
+        self._failures.pop(tier_id, None)
+        self.failed_until.pop(tier_id, None)
 
     def busy(self, object_id: ObjectId) -> bool:
         """Whether the object has a disk task in flight. O(1)."""
@@ -152,14 +220,29 @@ class DiskTiers:
         if record.kind is DiskTaskKind.SPILL:
             self.spilling_bytes -= record.freed_memory
             self.spilling_count -= 1
+            for segment_id, size in record.freed_on:
+                left = self._spilling_on[segment_id] - size
+                if left:
+                    self._spilling_on[segment_id] = left
+                else:
+                    del self._spilling_on[segment_id]
         return record
 
     def cancel(self, object_id: ObjectId) -> None:
         """The object was removed or is being rewritten: its task's copy is to be dropped when
         it finishes (the owner may be copying right now, so the reservation stays). O(1)."""
-        task_id = self._busy.pop(object_id, None)
+        task_id = self._busy.get(object_id)
         if task_id is not None:
-            self._tasks[task_id].cancelled = True
+            self.cancel_task(task_id)
+
+    def cancel_task(self, task_id: int) -> None:
+        """As :meth:`cancel`, for one task by its id (its object may have a newer one). O(1)."""
+        record = self._tasks.get(task_id)
+        if record is None or record.cancelled:
+            return
+        record.cancelled = True
+        if self._busy.get(record.meta.object_id) == task_id:
+            del self._busy[record.meta.object_id]
 
     def expired(self, now: float) -> list[int]:
         """Ids of the tasks whose deadline passed. O(tasks)."""
@@ -183,8 +266,23 @@ class DiskTiers:
     # -- deletions -------------------------------------------------------------------------
 
     def delete_later(self, segment_id: str, offset: int) -> None:
-        """The range at ``offset`` of disk tier ``segment_id`` was freed: its file goes."""
+        """The range at ``offset`` of disk tier ``segment_id`` was freed: its file goes. O(1)
+        (amortized; past :data:`MAX_PENDING_DELETES` the oldest away tier's are dropped)."""
         self._deletes.setdefault(segment_id, []).append(offset)
+        self._doomed.setdefault(segment_id, set()).add(offset)
+        self._pending += 1
+        while self._pending > MAX_PENDING_DELETES and len(self._deletes) > 1:
+            oldest = next(iter(self._deletes))
+            if oldest == segment_id:
+                self._deletes.move_to_end(oldest)
+                continue
+            self._pending -= len(self._deletes.pop(oldest))
+            self._doomed.pop(oldest, None)
+
+    def is_doomed(self, segment_id: str, offset: int) -> bool:
+        """Whether the file at ``offset`` of ``segment_id`` is waiting to be deleted. O(1)."""
+        doomed = self._doomed.get(segment_id)
+        return doomed is not None and offset in doomed
 
     def take_deletes(self, segment_ids: Iterable[str]) -> list[tuple[str, tuple[int, ...]]]:
         """Hand out the pending deletions of these tiers (at most
@@ -197,16 +295,20 @@ class DiskTiers:
                 continue
             batch, rest = pending[:budget], pending[budget:]
             budget -= len(batch)
+            self._pending -= len(batch)
+            doomed = self._doomed[segment_id]
+            doomed.difference_update(batch)
             if rest:
                 self._deletes[segment_id] = rest
             else:
                 del self._deletes[segment_id]
+                del self._doomed[segment_id]
             taken.append((segment_id, tuple(batch)))
         return taken
 
     def pending_deletes(self) -> int:
-        """Files waiting to be deleted, over all tiers."""
-        return sum(len(v) for v in self._deletes.values())
+        """Files waiting to be deleted, over all tiers (mounted or away)."""
+        return self._pending
 
     # -- per-tier LRU ----------------------------------------------------------------------
 
@@ -261,12 +363,13 @@ class DiskTiers:
         return len(self._lru.get(segment_id, ()))
 
     def forget_segment(self, segment_id: str) -> None:
-        """A disk tier went away: its LRU and pending deletions go with it (its files stay for
-        a restarted owner to find). O(its LRU)."""
+        """A disk tier went away: its LRU goes with it. Its files stay for a restarted owner to
+        find, and so do its pending deletions: a tier mounted again under its id is handed
+        them, and cannot register those files meanwhile. O(its LRU)."""
         for object_id in self._lru.pop(segment_id, {}):
             self._lru_of.pop(object_id, None)
-        self._deletes.pop(segment_id, None)
         self.failed_until.pop(segment_id, None)
+        self._failures.pop(segment_id, None)
 
     # -- invariants ------------------------------------------------------------------------
 
@@ -285,6 +388,16 @@ class DiskTiers:
             raise AssertionError("spilling count disagrees with the spill tasks")
         if self.spilling_bytes != sum(t.freed_memory for t in spills):
             raise AssertionError("spilling bytes disagree with the spill tasks")
+        per_segment: dict[str, int] = {}
+        for t in spills:
+            for segment_id, size in t.freed_on:
+                per_segment[segment_id] = per_segment.get(segment_id, 0) + size
+        if per_segment != self._spilling_on:
+            raise AssertionError("spilling bytes per segment disagree with the spill tasks")
+        if self._pending != sum(map(len, self._deletes.values())):
+            raise AssertionError("pending deletion count disagrees with the lists")
+        if {s: set(v) for s, v in self._deletes.items()} != self._doomed:
+            raise AssertionError("pending deletion sets disagree with the lists")
         indexed = {oid for lru in self._lru.values() for oid in lru}
         if indexed != set(self._lru_of):
             raise AssertionError("LRU entries disagree with their index")

@@ -293,6 +293,7 @@ class SegmentManager:
             return None
         if self.journal is not None:
             self.journal.allocated(mounted.info.id, offset, size)
+            self.journal.segment(mounted.info.id)  # its next offset moved
         return Allocation(segment=mounted, offset=offset, size=size)
 
     def allocate_on(self, mounted: MountedSegment, size: int) -> Allocation | None:
@@ -317,6 +318,7 @@ class SegmentManager:
             return False
         if self.journal is not None:
             self.journal.allocated(mounted.info.id, offset, size)
+            self.journal.segment(mounted.info.id)  # its next offset may have moved
         return True
 
     # -- placement -------------------------------------------------------------------------

@@ -449,8 +449,9 @@ class StoreState:
 
     def _forget_disk_tasks(self, segment_id: str) -> None:
         """A segment went away: disk tasks reserving on it end now (their range died with its
-        allocator, which a remount of the id must not receive frees for); those copying from
-        it are cancelled (their reservation is freed when they end)."""
+        allocator, which a remount of the id must not receive frees for), their objects
+        ordinary candidates again; those copying from it are cancelled (their reservation is
+        freed when they end)."""
         disk = self.disk
         if not len(disk):
             return
@@ -460,8 +461,21 @@ class StoreState:
                 continue
             if record.target.segment.info.id == segment_id:
                 disk.finish(task_id)
+                self.restore_candidate(record.meta.object_id)
             else:
-                disk.cancel(record.meta.object_id)
+                disk.cancel_task(task_id)
+
+    def restore_candidate(self, object_id: ObjectId) -> None:
+        """A disk task of the object ended without moving it: if it is still there, in
+        memory, not pinned hard and not being rewritten (a write makes it a candidate when it
+        completes), it is an ordinary eviction candidate again. O(replicas)."""
+        meta = self.objects.get(object_id)
+        if meta is None or meta.hard_pinned or meta.is_writing() or not meta.is_readable():
+            return
+        if object_id in self.policy or self.disk.busy(object_id):
+            return
+        if self.memory_replicas(meta):
+            self.policy.on_created(object_id)
 
     def readable_replicas(self, meta: ObjectMetadata) -> list[Replica]:
         """The COMPLETE replicas a reader may be given: none on a segment being drained;

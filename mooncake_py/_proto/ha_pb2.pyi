@@ -81,7 +81,7 @@ class SessionRow(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., session_id: _Optional[str] = ..., pinned: _Optional[bool] = ..., created_ms: _Optional[int] = ..., last_active_ms: _Optional[int] = ...) -> None: ...
 
 class SegmentRow(_message.Message):
-    __slots__ = ("id", "name", "base", "size", "te_endpoint", "protocol", "host_id", "shared", "capability_key", "client_id", "tenant", "disk")
+    __slots__ = ("id", "name", "base", "size", "te_endpoint", "protocol", "host_id", "shared", "capability_key", "client_id", "tenant", "disk", "next_offset")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     BASE_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class SegmentRow(_message.Message):
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     base: int
@@ -106,7 +107,8 @@ class SegmentRow(_message.Message):
     client_id: str
     tenant: str
     disk: bool
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., base: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., protocol: _Optional[str] = ..., host_id: _Optional[str] = ..., shared: _Optional[bool] = ..., capability_key: _Optional[bytes] = ..., client_id: _Optional[str] = ..., tenant: _Optional[str] = ..., disk: _Optional[bool] = ...) -> None: ...
+    next_offset: int
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., base: _Optional[int] = ..., size: _Optional[int] = ..., te_endpoint: _Optional[str] = ..., protocol: _Optional[str] = ..., host_id: _Optional[str] = ..., shared: _Optional[bool] = ..., capability_key: _Optional[bytes] = ..., client_id: _Optional[str] = ..., tenant: _Optional[str] = ..., disk: _Optional[bool] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
 class ClientRow(_message.Message):
     __slots__ = ("client_id", "bound", "tenant", "ok")

@@ -368,3 +368,93 @@ def test_an_operator_demotes_objects_to_disk() -> None:
     start = plain.put_start("w", "", "x", 100, ReplicateConfig())
     assert plain.put_end("w", "", "x", start.write_id) == OK
     assert plain.disk.demote_objects("", ["x"]) == [ErrorCode.UNABLE_OFFLOAD]
+
+
+def test_a_hung_owner_stops_writers_waiting_and_its_tier_pauses_longer_each_time() -> None:
+    service, clock = service_with_tier()
+    fill(service, 8)
+    start = service.put_start("w", "", "late", 8 * KIB, ReplicateConfig())
+    assert start.retry_after_ms > 0  # a fresh spill: room is coming
+    service.disk.fetch_disk_tasks(OWNER, 256)  # handed out, never reported
+    waited = 0
+    while start.retry_after_ms and waited < DISK_TASK_TIMEOUT_S:
+        clock.advance(1)  # a write a second, each may spill one more object
+        waited += 1
+        start = service.put_start("w", "", "late", 8 * KIB, ReplicateConfig())
+        service.disk.fetch_disk_tasks(OWNER, 256)
+    # Every object is on its way and the spills are old: the owner looks hung, so writers
+    # fail at once rather than wait for the tasks to time out.
+    assert (start.code, start.retry_after_ms) == (ErrorCode.NO_AVAILABLE_HANDLE, 0)
+    assert waited < DISK_TASK_TIMEOUT_S
+    state = service.context.state
+    pauses = []
+    for _ in range(3):
+        clock.advance(DISK_TASK_TIMEOUT_S + 1)
+        service.sweep_expired_puts(clock())
+        pauses.append(state.disk.failed_until[DISK] - clock())
+        clock.advance(pauses[-1])
+        service.evict_once(clock())  # spills again once the pause is over
+        batch = service.disk.fetch_disk_tasks(OWNER, 256)
+    assert pauses[0] < pauses[1] < pauses[2]
+    # The owner is back: its last spills complete, and the tier is trusted again.
+    ids = [t.task_id for t in batch.tasks]
+    assert ids and service.disk.finish_disk_tasks(OWNER, ids, [0] * len(ids)) == [0] * len(ids)
+    assert DISK not in state.disk.failed_until
+    service.check()
+
+
+def test_a_timed_out_promotion_holds_its_memory_for_a_late_copy() -> None:
+    service, clock = service_with_tier()
+    fill(service, 8)
+    service.evict_once(clock())
+    run_tasks(service)
+    for i in range(8):
+        if tiers_of(service, f"k{i}") == ["memory"]:
+            service.remove("", f"k{i}", force=True)
+    victim = next(i for i in range(8) if tiers_of(service, f"k{i}") == ["disk"])
+    found = service.reads.get_replica_list("", f"k{victim}", "r")
+    service.reads.end_reads("r", [found.read_id])
+    batch = service.disk.fetch_disk_tasks(OWNER, 256)
+    (promotion,) = [t for t in batch.tasks if t.kind is DiskTaskKind.PROMOTE]
+    clock.advance(DISK_TASK_TIMEOUT_S + 1)
+    service.sweep_expired_puts(clock())
+    # Its range is not handed to anyone while the owner may still be copying into it.
+    state = service.context.state
+    assert state.segments.grant_holds.held_on(MEMORY) == 1
+    for n in range(6):
+        start = service.put_start("w", "", f"n{n}", 8 * KIB, ReplicateConfig())
+        assert all(r.offset != promotion.memory_offset for r in start.replicas)
+    service.check()
+
+
+def test_unmounting_a_tier_puts_its_spilling_objects_back_among_candidates() -> None:
+    service, clock = service_with_tier()
+    fill(service, 8)
+    service.evict_once(clock())
+    assert service.stats()["spills_in_flight"] > 0
+    assert service.unmount_segment(OWNER, DISK) == OK
+    service.check()  # every object in memory is an eviction candidate again
+    assert service.stats()["spills_in_flight"] == 0
+
+
+def test_hard_pinned_objects_are_not_demoted() -> None:
+    service, _ = service_with_tier()
+    assert put(service, "pinned", with_hard_pin=True) == OK
+    assert service.disk.demote_objects("", ["pinned"]) == [ErrorCode.OBJECT_REPLICA_BUSY]
+    assert tiers_of(service, "pinned") == ["memory"]
+
+
+def test_only_spills_on_the_writers_segments_make_it_wait() -> None:
+    service, clock = service_with_tier(enable_multi_tenants=True)
+    other = SegmentInfo(
+        "mem-b", "host:2", 0x1000, 64 * KIB, "127.0.0.1:2", capability_key=bytes(32)
+    )
+    assert service.mount_segment("b", other, "tb") == OK
+    for i in range(8):  # tenant tb fills its own segment
+        start = service.put_start("wb", "tb", f"b{i}", 8 * KIB, ReplicateConfig())
+        assert service.put_end("wb", "tb", f"b{i}", start.write_id) == OK
+    fill(service, 8)  # the default tenant fills the segment with the tier, and spills start
+    service.evict_once(clock())
+    assert service.stats()["spills_in_flight"] > 0
+    start = service.put_start("wb", "tb", "b-more", 8 * KIB, ReplicateConfig())
+    assert start.retry_after_ms == 0  # nothing frees memory tb may use

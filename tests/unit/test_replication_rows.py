@@ -489,3 +489,19 @@ def test_frees_after_a_restore_are_held_only_for_the_read_horizon() -> None:
     again = restored.put_start("c1", "", "k2", 16 * KIB, ReplicateConfig())
     assert again.code == ErrorCode.OK  # the whole segment is reusable
     restored.check()
+
+
+def test_a_restored_disk_tier_never_hands_an_offset_out_again() -> None:
+    leader = Leader(3)
+    service = leader.service
+    mount(service, "c1", 0)
+    mount_disk(service, "c1")
+    disk = service.disk
+    entries = [DiskReplicaEntry("", f"f{i}", i * 1000, 1000) for i in range(3)]
+    assert disk.register_disk_replicas("c1", "disk-c1", entries) == [0, 0, 0]
+    service.remove("", "f2", force=True)  # the highest range is freed before the record
+    leader.flush()
+    restored = restored_from(leader)
+    tier = restored.segment_of("disk-c1")
+    assert tier is not None
+    assert tier.allocator.allocate(10) == 3000  # past every offset the old leader handed out
