@@ -55,8 +55,10 @@ log = logging.getLogger(__name__)
 OK = int(ErrorCode.OK)
 ALREADY_EXISTS = int(ErrorCode.OBJECT_ALREADY_EXISTS)
 NO_ROOM = int(ErrorCode.NO_AVAILABLE_HANDLE)
-ROOM_WAIT_S = 30.0
-"""How long a write waits for room while the master spills objects to disk tiers."""
+ROOM_WAIT_S = 20.0
+"""How long a write waits for room while the master spills objects to disk tiers (below the
+master's 30 s put_start_discard_timeout_sec, past which an unfinished write of the same batch
+could be preempted)."""
 
 
 def _listen_host(local_hostname: str) -> str:
@@ -120,7 +122,7 @@ class ClientCore:
             self.client_id,
             self.segments,
             housekeeping=self.data.prune_dead_peers,
-            on_remounted=None if self.disk is None else self.disk.register_found,
+            on_remounted=None if self.disk is None else self.disk.reregister_soon,
         )
         self.heartbeat.start()
         # A client holding a segment does the replica tasks assigned to it (it has the bytes).
@@ -198,18 +200,24 @@ class ClientCore:
         """Open the disk tier directory and mount it; a master that refuses disk tiers leaves
         this client without one (and says so)."""
         assert self._segment_info is not None and self._server is not None
-        disk = DiskTierHost(
-            self.master,
-            self.client_id,
-            segment.view,
-            segment.segment_id,
-            self.config.ssd_offload_path,
-            self.config.ssd_offload_quota or None,
-            self.config.ssd_offload_fsync,
-            self._segment_info.name,
-            self._server.endpoint,
-            self.host_id,
-        )
+        path = self.config.ssd_offload_path
+        try:
+            disk = DiskTierHost(
+                self.master,
+                self.client_id,
+                segment.view,
+                segment.segment_id,
+                path,
+                self.config.ssd_offload_quota or None,
+                self.config.ssd_offload_fsync,
+                self._segment_info.name,
+                self._server.endpoint,
+                self.host_id,
+            )
+        except OSError as exc:
+            # As upstream: the store works without its tier (and says so loudly).
+            log.error("no disk tier: %s cannot be used (%s); evictions drop objects", path, exc)
+            return
         code = disk.mount()
         if code != OK:
             disk.close()
@@ -246,6 +254,48 @@ class ClientCore:
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
         if not keys:
             return []
+        waits: list[int] = []
+        results = self._put_round(keys, values, config, upsert, waits)
+        # Keys the master found no room for while it was spilling objects to a disk tier (it
+        # said how long to wait): the others are written and ended already; these are started
+        # again after the wait, for up to ROOM_WAIT_S in all.
+        pending = [i for i, wait in enumerate(waits) if wait]
+        pending_waits = [waits[i] for i in pending]
+        deadline = self._clock() + ROOM_WAIT_S if pending else 0.0
+        while pending:
+            pause = min(max(pending_waits) / 1000.0, deadline - self._clock())
+            if pause <= 0:
+                break
+            time.sleep(pause)
+            waits = []
+            again = self._put_round(
+                [keys[i] for i in pending],
+                [values[i] for i in pending],
+                config_for_keys(config, pending) if len(pending) < len(keys) else config,
+                upsert,
+                waits,
+            )
+            still: list[int] = []
+            still_waits: list[int] = []
+            for i, code, wait in zip(pending, again, waits, strict=True):
+                results[i] = code
+                if wait:
+                    still.append(i)
+                    still_waits.append(wait)
+            pending, pending_waits = still, still_waits
+        return results
+
+    def _put_round(
+        self,
+        keys: Sequence[str],
+        values: Sequence[Sequence[memoryview]],
+        config: ReplicateConfig,
+        upsert: bool,
+        waits: list[int],
+    ) -> list[int]:
+        """One round of :meth:`put_many` (every key started once); ``waits`` gets, per key,
+        the master's ``retry_after_ms`` for a key it found no room for (0 for the others)."""
+        waits[:] = [0] * len(keys)
         sizes = [len(parts[0]) if len(parts) == 1 else sum(map(len, parts)) for parts in values]
         if 0 in sizes:
             return self._put_skipping_empty(keys, values, sizes, config, upsert)
@@ -256,6 +306,9 @@ class ClientCore:
         except MooncakeError as exc:
             return [exc.code] * len(keys)
         codes = [s.code for s in starts]
+        for i, start in enumerate(starts):
+            if start.retry_after_ms and start.code == NO_ROOM:
+                waits[i] = start.retry_after_ms
         # Upstream reports a put of an existing key as success; the old bytes stay.
         results = [OK if code == ALREADY_EXISTS else code for code in codes]
         if all(code == OK for code in codes):
@@ -283,33 +336,6 @@ class ClientCore:
         return results
 
     def _start(
-        self, keys: Sequence[str], sizes: list[int], config: ReplicateConfig, upsert: bool
-    ) -> list[PutStartResult]:
-        """Start every key's write. Keys the master found no room for while it was spilling
-        objects to a disk tier (``retry_after_ms``) are started again after the wait it asks
-        for, for up to :data:`ROOM_WAIT_S`: a store with a disk tier under pressure makes
-        writes wait for room rather than fail."""
-        starts = self._start_once(keys, sizes, config, upsert)
-        deadline = 0.0
-        while True:
-            waiting = [i for i, s in enumerate(starts) if s.retry_after_ms and s.code == NO_ROOM]
-            if not waiting:
-                return starts
-            now = self._clock()
-            deadline = deadline or now + ROOM_WAIT_S
-            if now >= deadline:
-                return starts
-            time.sleep(max(starts[i].retry_after_ms for i in waiting) / 1000.0)
-            again = self._start_once(
-                [keys[i] for i in waiting],
-                [sizes[i] for i in waiting],
-                config_for_keys(config, waiting) if len(waiting) < len(keys) else config,
-                upsert,
-            )
-            for i, start in zip(waiting, again, strict=True):
-                starts[i] = start
-
-    def _start_once(
         self, keys: Sequence[str], sizes: list[int], config: ReplicateConfig, upsert: bool
     ) -> list[PutStartResult]:
         client, tenant = self.client_id, self.tenant

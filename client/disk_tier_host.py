@@ -6,7 +6,11 @@ A client set up with ``enable_ssd_offload`` and a memory segment keeps a disk ti
 - it claims a tier directory under ``ssd_offload_path`` (:class:`~.disk_store.DiskStore`: files
   found there from an earlier run are indexed) and mounts it with the master as a segment with
   ``disk=True`` whose size is the quota (``ssd_offload_quota``, by default 90 % of the
-  filesystem's free space), under its own capability key;
+  filesystem's free space). The tier's id, capability key and high-water offset live in the
+  directory (:data:`IDENTITY_FILE`, mode 0600), so a process restarted on it mounts the same
+  tier: the master hands it over with its objects if its old self has not expired yet, hands
+  it the deletions decided while it was away, and never hands out an offset below the
+  high-water mark;
 - it registers the files found (:meth:`DiskTierHost.register_found`), so objects written before a
   restart are readable again; a file whose key the master already has, or that the tier cannot
   hold, is deleted;
@@ -24,6 +28,7 @@ Thread-safety: :meth:`start` and :meth:`close` from the owning thread; the polle
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -54,6 +59,8 @@ FETCH_BATCH = 64
 """Disk tasks asked for per poll."""
 REGISTER_CHUNK = 2048
 """Files registered per RegisterDiskReplicas call."""
+IDENTITY_FILE = "tier.json"
+"""The tier's id, capability key and high-water offset, in its directory."""
 DEFAULT_QUOTA_SHARE = 0.9
 """Share of the filesystem's free space a tier takes when no quota is configured."""
 
@@ -103,25 +110,79 @@ class DiskTierHost:
         self._memory_segment_id = memory_segment_id
         quota = quota_bytes if quota_bytes else default_quota(path)
         self.store = DiskStore(path, fsync=fsync, capacity_bytes=quota)
-        self.key = new_segment_key()
-        segment_id = str(uuid.uuid4())
+        try:
+            segment_id, self.key, high_water = self._identity()
+        except BaseException:
+            self.store.close()
+            raise
+        ends = [e.offset + e.size for e in self.store.entries()]
+        self._high_water = max([high_water, *ends])
         self.segment_uuid = uuid.UUID(segment_id).bytes
         self.info = SegmentInfo(
             id=segment_id,
             name=name,
-            base=0,
+            base=self._high_water,  # a disk tier's base: no offset below it is handed out
             size=quota,
             te_endpoint=endpoint,
             host_id=host_id,
             capability_key=self.key,
             disk=True,
         )
+        self._reregister = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mooncake-disk", daemon=True)
         self.spilled = 0  # files written for the master, for tests and metrics
         self.promoted = 0
         self.deleted = 0
         self.failed = 0
+
+    # -- identity --------------------------------------------------------------------------
+
+    def _identity(self) -> tuple[str, bytes, int]:
+        """(tier id, capability key, high-water offset) from :data:`IDENTITY_FILE`, or fresh
+        ones (written there) for a new directory or an unreadable file."""
+        path = os.path.join(self.store.directory, IDENTITY_FILE)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                saved = json.load(handle)
+            segment_id = str(uuid.UUID(saved["segment_id"]))
+            key = bytes.fromhex(saved["key"])
+            high_water = int(saved.get("high_water", 0))
+            if len(key) == len(new_segment_key()) and high_water >= 0:
+                return segment_id, key, high_water
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "disk tier %s: unreadable %s (%s): a new identity", path, IDENTITY_FILE, exc
+            )
+        segment_id, key = str(uuid.uuid4()), new_segment_key()
+        self._save_identity(segment_id, key, 0)
+        return segment_id, key, 0
+
+    def _save_identity(self, segment_id: str, key: bytes, high_water: int) -> None:
+        """Write :data:`IDENTITY_FILE` atomically (mode 0600: it holds the tier's key)."""
+        path = os.path.join(self.store.directory, IDENTITY_FILE)
+        staged = f"{path}.part"
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(
+                {"segment_id": segment_id, "key": key.hex(), "high_water": high_water}, handle
+            )
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staged, path)
+
+    def _raise_high_water(self, tasks: Sequence[DiskTask]) -> None:
+        """Record that offsets up to the end of ``tasks``' files were handed out (before the
+        files are written, so a restart never reuses one of them)."""
+        top = max(t.disk_offset + t.size for t in tasks)
+        if top > self._high_water:
+            self._high_water = top
+            try:
+                self._save_identity(self.info.id, self.key, top)
+            except OSError as exc:
+                log.warning("disk tier: cannot record its high-water offset: %s", exc)
 
     # -- joining ---------------------------------------------------------------------------
 
@@ -160,6 +221,12 @@ class DiskTierHost:
         """Start running disk tasks."""
         self._thread.start()
 
+    def reregister_soon(self) -> None:
+        """Ask the tier's thread to register its files again (after a remount: the master may
+        have forgotten them). Runs between two task batches, so a file and the report of the
+        spill that wrote it are never in flight at once."""
+        self._reregister.set()
+
     def lookup(self, segment_uuid: bytes) -> tuple[memoryview | DiskSource, bytes] | None:
         """The transfer service's view of the tier (see :data:`~.transfer_server.SegmentLookup`)."""
         if segment_uuid != self.segment_uuid:
@@ -172,6 +239,9 @@ class DiskTierHost:
         pause = BUSY_POLL_S
         while not self._stop.wait(pause):
             try:
+                if self._reregister.is_set():
+                    self._reregister.clear()
+                    self.register_found()
                 worked = self.run_once()
             except MooncakeError as exc:
                 log.debug("disk task poll failed: %s", exc)
@@ -205,20 +275,25 @@ class DiskTierHost:
         promotions = [t for t in batch.tasks if t.kind is DiskTaskKind.PROMOTE]
         ids: list[int] = []
         codes: list[int] = []
-        if spills:
-            ids += [t.task_id for t in spills]
-            codes += self._spill(spills)
+        # Promotions first: they are quick reads, and their memory is reserved for them only
+        # until their task times out.
         for task in promotions:
             ids.append(task.task_id)
             codes.append(self._promote(task))
+        if spills:
+            self._raise_high_water(spills)
+            ids += [t.task_id for t in spills]
+            codes += self._spill(spills)
         self.failed += sum(1 for c in codes if c != _OK)
         answers = self._master.finish_disk_tasks(self._client_id, ids, codes)
         # A spill the master no longer knows (it expired, or a new master took over) wrote a
         # file nobody will read: it goes, so the tier's files and the master's ranges agree.
+        reports = zip(ids, codes, answers, strict=False)
+        written = {t.task_id: t for t in spills}
         stray = [
-            t.disk_offset
-            for t, code, answer in zip(spills, codes, answers, strict=False)
-            if code == _OK and answer != _OK
+            written[task_id].disk_offset
+            for task_id, code, answer in reports
+            if task_id in written and code == _OK and answer != _OK
         ]
         if stray:
             self.store.delete(stray)
@@ -270,6 +345,13 @@ class DiskTierHost:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        try:  # the deletions decided meanwhile, so no removed object comes back at a restart
+            batch = self._master.fetch_disk_tasks(self._client_id, 0)
+            for segment_id, offsets in batch.deletes:
+                if segment_id == self.info.id:
+                    self.deleted += self.store.delete(offsets)
+        except MooncakeError as exc:
+            log.debug("last fetch of disk deletions failed: %s", exc)
         if unmount is not None:
             try:
                 unmount(self.info.id)

@@ -101,9 +101,10 @@ class DiskTierService:
         Returns:
             Per entry: OK (also when this file already backs the object: registering again
             changes nothing); OBJECT_ALREADY_EXISTS when the key has another object (the file
-            is an old value: the owner deletes it); INVALID_PARAMS for a malformed entry, a
-            range the tier cannot hold (overlap, quota), or a tier that is not the caller's
-            disk tier;
+            is an old value: the owner deletes it); OBJECT_NOT_FOUND for a file whose object
+            was removed while the owner was away (it is to be deleted); INVALID_PARAMS for a
+            malformed entry, a range the tier cannot hold (overlap, quota), or a tier that is
+            not the caller's disk tier;
             ILLEGAL_CLIENT for a tenant whose objects the tier may not hold. More than
             :data:`MAX_DISK_ENTRIES` entries: INVALID_PARAMS for each.
         Complexity: O(entries).
@@ -135,6 +136,10 @@ class DiskTierService:
                         for r in existing.replicas
                     )
                     results.append(int(ErrorCode.OK if same else ErrorCode.OBJECT_ALREADY_EXISTS))
+                    continue
+                if state.disk.is_doomed(segment_id, entry.offset):
+                    # Its object was removed while the owner was away: the file goes.
+                    results.append(int(ErrorCode.OBJECT_NOT_FOUND))
                     continue
                 if not state.segments.claim_disk(tier, entry.offset, entry.size):
                     results.append(invalid)

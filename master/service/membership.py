@@ -17,6 +17,7 @@ registered a client may mount, remount, unmount or ping as it.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 from collections.abc import Callable, Sequence
 
 from mooncake_py import capability
@@ -201,17 +202,29 @@ class MembershipService:
         if segment.capability_key and len(segment.capability_key) != capability.KEY_BYTES:
             return ErrorCode.INVALID_PARAMS
         existing = self._segments.get(segment.id)
-        if existing is not None and existing.client_id != client_id:
+        taken = existing is not None and existing.client_id != client_id
+        if taken and existing is not None and not _same_disk_tier(existing.info, segment):
             return ErrorCode.INVALID_PARAMS
         return ErrorCode.OK
 
     def _mount_locked(self, client_id: str, segment: SegmentInfo, owner: str) -> ErrorCode:
         code = self._validate_segment(client_id, segment)
-        if code == ErrorCode.OK and self._segments.get(segment.id) is None:
+        if code != ErrorCode.OK:
+            return code
+        existing = self._segments.get(segment.id)
+        if existing is None:
             # A drain of an earlier mount of this id ends first: its replicas must never
             # meet the new allocator.
             self._state.finish_drain(segment.id)
-            self._segments.mount(client_id, segment, owner)
+            mounted = self._segments.mount(client_id, segment, owner)
+            if segment.disk:
+                self._state.resume_disk_tier(mounted, segment.base)
+        elif existing.client_id != client_id:
+            # The same disk tier (its id and key, read from its directory) mounted by the
+            # process that restarted on it: it takes the tier over, objects and all.
+            if existing.tenant != owner:
+                return ErrorCode.INVALID_PARAMS
+            self._state.take_over_disk_tier(segment.id, client_id, segment)
         return code
 
     def reap_expired_clients(self, now: float, drain: bool = True) -> list[str]:
@@ -252,3 +265,15 @@ class MembershipService:
                 if not self._state.drain(drain, timer.spent):
                     return True
             return bool(self._state.draining)
+
+
+def _same_disk_tier(mounted: SegmentInfo, mounting: SegmentInfo) -> bool:
+    """Whether ``mounting`` is the disk tier ``mounted`` is: both disk tiers under one id with
+    the same (non-empty) capability key, which only a process that can read the tier's
+    directory holds. Compared in constant time."""
+    return (
+        mounted.disk
+        and mounting.disk
+        and bool(mounting.capability_key)
+        and hmac.compare_digest(mounted.capability_key, mounting.capability_key)
+    )

@@ -228,6 +228,25 @@ class SegmentManager:
             del self._by_client[mounted.client_id]
         return mounted
 
+    def rebind(self, segment_id: str, client_id: str, info: SegmentInfo) -> MountedSegment:
+        """Hand a mounted disk tier to another client (its owner restarted on it) under its
+        new description (endpoint, name); its allocations and objects stay. O(1).
+
+        Raises:
+            KeyError: the segment is not mounted.
+        """
+        mounted = self._segments[segment_id]
+        owned = self._by_client[mounted.client_id]
+        owned.pop(segment_id, None)
+        if not owned:
+            del self._by_client[mounted.client_id]
+        mounted.client_id = client_id
+        mounted.info = info
+        self._by_client.setdefault(client_id, {})[segment_id] = None
+        if self.journal is not None:
+            self.journal.segment(segment_id)
+        return mounted
+
     # -- capacity --------------------------------------------------------------------------
 
     def capacity_bytes(self) -> int:

@@ -23,11 +23,12 @@ from mooncake_py.types import ReplicaDescriptor, SegmentInfo
 
 from ..config import MasterConfig
 from .clients import ClientRegistry
+from .disk_space import DiskSpace
 from .disk_tier import DiskTiers
 from .lru import LeaseOrderedLRU
 from .objects import ObjectId, ObjectMetadata, ObjectTable, Replica
 from .reads import ReadLeases
-from .segments import SegmentManager
+from .segments import MountedSegment, SegmentManager
 from .session_registry import SessionLimits, SessionRegistry, pinned_by_session
 from .tasks import TaskTable
 
@@ -464,6 +465,30 @@ class StoreState:
                 self.restore_candidate(record.meta.object_id)
             else:
                 disk.cancel_task(task_id)
+
+    def resume_disk_tier(self, mounted: MountedSegment, high_water: int) -> None:
+        """A disk tier was mounted (again, perhaps: its owner restarted on its directory):
+        hand out no offset below the owner's ``high_water`` (its files' ends). O(1)."""
+        space = mounted.allocator
+        if isinstance(space, DiskSpace) and high_water > space.next_offset:
+            space.advance_to(high_water)
+            if self.journal is not None:
+                self.journal.segment(mounted.info.id)
+
+    def take_over_disk_tier(self, segment_id: str, client_id: str, info: SegmentInfo) -> None:
+        """The disk tier ``segment_id`` passes to ``client_id`` (its owner restarted on the
+        tier's directory before its old self expired): its objects stay readable, the old
+        owner's tasks on it end (their reservations freed, their objects candidates again),
+        its pending deletions go to the new owner. O(tasks + objects in its LRU: none)."""
+        mounted = self.segments.rebind(segment_id, client_id, info)
+        disk = self.disk
+        for task_id in disk.tasks_on(segment_id):
+            record = disk.finish(task_id)
+            if record is None:
+                continue
+            self.segments.free(record.target.segment.info.id, record.target.offset)
+            self.restore_candidate(record.meta.object_id)
+        self.resume_disk_tier(mounted, info.base)
 
     def restore_candidate(self, object_id: ObjectId) -> None:
         """A disk task of the object ended without moving it: if it is still there, in
