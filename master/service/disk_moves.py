@@ -44,7 +44,7 @@ LATE_PROMOTION_HOLD_S = 120.0
 of its owner must land in memory nobody else owns."""
 DISK_EVICTION_BUDGET = 256
 """Objects of a tier's LRU one reservation may examine to make room."""
-RETRY_AFTER_MS = 20
+RETRY_AFTER_MS = 10
 """What a write that found no room while spills are in flight is told to wait before retrying."""
 
 
