@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import logging
 import socket
 import time
@@ -213,6 +214,7 @@ class ClientCore:
                 self._segment_info.name,
                 self._server.endpoint,
                 self.host_id,
+                owner=_files_owner(self.config),
             )
         except OSError as exc:
             # As upstream: the store works without its tier (and says so loudly).
@@ -516,6 +518,14 @@ class ClientCore:
         if self._segment is not None:
             self._segment.close()
         self.master.close()
+
+
+def _files_owner(config: ClientConfig) -> str:
+    """Who a disk tier's files belong to, as its directory records it: the token's digest when
+    a token decides the tenant (its name is the master's to say), else the tenant."""
+    if config.auth_token:
+        return "token:" + hashlib.sha256(config.auth_token.encode()).hexdigest()[:32]
+    return f"tenant:{config.tenant_id}"
 
 
 def config_for_keys(config: ReplicateConfig, indices: Sequence[int]) -> ReplicateConfig:

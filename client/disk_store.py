@@ -112,6 +112,8 @@ class DiskStore:
             but a host crash may lose or drop reported writes; a process crash loses nothing).
         capacity_bytes: when given, a write that would take :attr:`used_bytes` past it is
             refused (UNABLE_OFFLOAD).
+        owner: who the files belong to (the client's tenant): only a directory of that owner,
+            or one holding no object, is claimed (:mod:`~.disk_tier_dir`).
 
     Raises:
         OSError: the root or tier directory cannot be created, locked or read.
@@ -121,12 +123,19 @@ class DiskStore:
     concurrently with what).
     """
 
-    def __init__(self, root: str, *, fsync: bool = True, capacity_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        fsync: bool = True,
+        capacity_bytes: int | None = None,
+        owner: str | None = None,
+    ) -> None:
         if capacity_bytes is not None and capacity_bytes < 0:
             raise ValueError("capacity_bytes must be >= 0")
         self._fsync = fsync
         self._capacity = capacity_bytes
-        self._directory, self._lock_fd = claim_tier_directory(root)
+        self._directory, self._lock_fd = claim_tier_directory(root, owner)
         self._objects = os.path.join(self._directory, OBJECTS_DIR)
         self._staging = os.path.join(self._directory, STAGING_DIR)
         # Guards the index, used bytes, the quarantine list and ``_closed``; held briefly.

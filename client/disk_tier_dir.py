@@ -6,9 +6,12 @@ holds its own ``root/tier-<n>/`` with ``fcntl.flock(LOCK_EX | LOCK_NB)`` on
 ``root/tier-<n>/lock`` for its whole life, so no two stores ever share a directory. A process
 that dies (even by SIGKILL) loses its lock with its descriptors, and the next store to look
 takes that directory over, preferring directories that still hold objects, so a restarted
-process finds its files again. flock is the only arbiter: every race (two processes creating
-the same ``tier-<n>``, one locking a directory another has just made) ends with exactly one
-holder and the other trying the next candidate.
+process finds its files again. A store may name its *owner* (its tenant, say): it then takes
+only directories of that owner (recorded in ``root/tier-<n>/owner``) or empty ones, so one
+tenant's restarted process never takes, and discards, another tenant's files. flock is the
+only arbiter: every race (two processes creating the same ``tier-<n>``, one locking a
+directory another has just made) ends with exactly one holder and the other trying the next
+candidate.
 
 Thread-safety: the functions share no state; the lock is per open file description, so two
 stores in one process exclude each other as well as two processes do.
@@ -23,6 +26,8 @@ import re
 
 TIER_PREFIX = "tier-"
 LOCK_FILE = "lock"
+OWNER_FILE = "owner"
+"""Who the directory's files belong to (as the claiming store named its owner)."""
 OBJECTS_DIR = "objects"
 """Complete object files only."""
 STAGING_DIR = "staging"
@@ -69,11 +74,37 @@ def _try_lock(path: str) -> int | None:
     return fd
 
 
-def claim_tier_directory(root: str) -> tuple[str, int]:
+def _owner_of(path: str) -> str | None:
+    """The owner recorded in a tier directory; None when none is."""
+    try:
+        with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _may_take(path: str, owner: str | None) -> bool:
+    """Whether a store of ``owner`` may claim ``path``: any store may when it names no owner;
+    otherwise the directory is ``owner``'s, or holds no object (nothing of anyone's is lost)."""
+    return owner is None or _owner_of(path) == owner or not _holds_objects(path)
+
+
+def _record_owner(path: str, owner: str) -> None:
+    """Write ``owner`` into the claimed directory (atomically)."""
+    staged = os.path.join(path, f"{OWNER_FILE}.part")
+    with open(staged, "w", encoding="utf-8") as handle:
+        handle.write(owner)
+    os.replace(staged, os.path.join(path, OWNER_FILE))
+
+
+def claim_tier_directory(root: str, owner: str | None = None) -> tuple[str, int]:
     """Claim a tier directory under ``root`` (created if missing).
 
     Unlocked existing directories come first, those holding objects before empty ones, lowest
-    number first; with none free, the next ``tier-<n>`` is created.
+    number first; with none free, the next ``tier-<n>`` is created. With ``owner``, only the
+    directories of that owner (or empty ones without an owner) are candidates, and the claimed
+    one records it; an empty directory of another owner is taken over only when it holds no
+    object.
 
     Returns:
         ``(directory path, lock descriptor)``; closing the descriptor releases the claim.
@@ -93,8 +124,15 @@ def claim_tier_directory(root: str) -> tuple[str, int]:
                 if number is not None and entry.is_dir(follow_symlinks=False):
                     tiers.append((number, entry.path))
         for _, path in sorted(tiers, key=lambda tier: (not _holds_objects(tier[1]), tier[0])):
+            if not _may_take(path, owner):
+                continue
             fd = _try_lock(path)
             if fd is not None:
+                if not _may_take(path, owner):  # its last holder wrote files meanwhile
+                    os.close(fd)
+                    continue
+                if owner is not None and _owner_of(path) != owner:
+                    _record_owner(path, owner)
                 return path, fd
         number = max((n for n, _ in tiers), default=-1) + 1
         path = os.path.join(root, f"{TIER_PREFIX}{number}")
@@ -104,5 +142,7 @@ def claim_tier_directory(root: str) -> tuple[str, int]:
             continue
         fd = _try_lock(path)
         if fd is not None:
+            if owner is not None:
+                _record_owner(path, owner)
             return path, fd
     raise OSError(errno.EAGAIN, f"no disk-tier directory could be claimed under {root}")

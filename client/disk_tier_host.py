@@ -86,6 +86,8 @@ class DiskTierHost:
         fsync: sync each file (and the directory once per batch) before reporting it done.
         name, endpoint, host_id: as the memory segment's (the same transfer service serves
             both).
+        owner: who the tier's files belong to (the client's tenant, or its token's digest):
+            it claims only directories of that owner, or empty ones.
 
     Raises:
         OSError: the directory cannot be created, locked or read.
@@ -103,13 +105,15 @@ class DiskTierHost:
         name: str,
         endpoint: str,
         host_id: str,
+        owner: str = "",
     ) -> None:
         self._master = master
         self._client_id = client_id
         self._memory = memory
         self._memory_segment_id = memory_segment_id
         quota = quota_bytes if quota_bytes else default_quota(path)
-        self.store = DiskStore(path, fsync=fsync, capacity_bytes=quota)
+        self._owner = owner
+        self.store = DiskStore(path, fsync=fsync, capacity_bytes=quota, owner=owner)
         try:
             segment_id, self.key, high_water = self._identity()
         except BaseException:
@@ -148,7 +152,8 @@ class DiskTierHost:
             segment_id = str(uuid.UUID(saved["segment_id"]))
             key = bytes.fromhex(saved["key"])
             high_water = int(saved.get("high_water", 0))
-            if len(key) == len(new_segment_key()) and high_water >= 0:
+            mine = saved.get("owner", self._owner) == self._owner
+            if mine and len(key) == len(new_segment_key()) and high_water >= 0:
                 return segment_id, key, high_water
         except FileNotFoundError:
             pass
@@ -166,9 +171,13 @@ class DiskTierHost:
         staged = f"{path}.part"
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(
-                {"segment_id": segment_id, "key": key.hex(), "high_water": high_water}, handle
-            )
+            saved = {
+                "segment_id": segment_id,
+                "key": key.hex(),
+                "high_water": high_water,
+                "owner": self._owner,
+            }
+            json.dump(saved, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(staged, path)

@@ -437,3 +437,21 @@ def test_a_view_released_before_the_write_fails_only_its_item(store: DiskStore) 
     results = store.write_batch([item(0, 10), DiskWrite(100, "t", "r", released), item(200, 10)])
     assert results == [0, INVALID, 0]  # a released view is no contiguous buffer
     store.check()
+
+
+def test_a_store_takes_only_its_owners_directories_or_empty_ones(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    a = DiskStore(root, fsync=False, owner="tenant:a")
+    assert a.write_batch([item(0, 100)]) == [0]
+    a_dir = a.directory
+    a.close()
+    b = DiskStore(root, fsync=False, owner="tenant:b")
+    assert b.directory != a_dir and b.entries() == []  # A's files are not B's to take
+    b_dir = b.directory
+    b.close()
+    again = DiskStore(root, fsync=False, owner="tenant:a")
+    assert again.directory == a_dir and [e.offset for e in again.entries()] == [0]
+    again.close()
+    c = DiskStore(root, fsync=False, owner="tenant:c")
+    assert c.directory == b_dir  # empty: nothing of B's is lost
+    c.close()
