@@ -65,6 +65,7 @@ DEFAULT_QUOTA_SHARE = 0.9
 """Share of the filesystem's free space a tier takes when no quota is configured."""
 
 _OK = int(ErrorCode.OK)
+_FOREIGN = int(ErrorCode.ILLEGAL_CLIENT)
 
 
 def default_quota(path: str) -> int:
@@ -217,9 +218,14 @@ class DiskTierHost:
                 self.info.id,
                 [DiskReplicaEntry(e.tenant, e.key, e.offset, e.size) for e in chunk],
             )
-            doomed = [e.offset for e, code in zip(chunk, codes, strict=True) if code != _OK]
-            registered += len(chunk) - len(doomed)
-            refused += len(doomed)
+            # Files of a tenant this tier may not hold are someone else's: left alone.
+            doomed = [
+                e.offset
+                for e, code in zip(chunk, codes, strict=True)
+                if code not in (_OK, _FOREIGN)
+            ]
+            registered += sum(1 for code in codes if code == _OK)
+            refused += len(chunk) - sum(1 for code in codes if code == _OK)
             if doomed:
                 self.store.delete(doomed)
         if entries:
