@@ -145,6 +145,11 @@ class Client(QueryCalls, KvSessionCalls, TaskCalls):
         """The name of this client's segment (``host:port``)."""
         return self._joined().hostname
 
+    @property
+    def disk_reads(self) -> int:
+        """Objects this client has read from a disk tier's replica."""
+        return self._joined().data.disk_reads
+
     def _joined(self) -> ClientCore:
         core = self._core
         if core is None:

@@ -152,6 +152,12 @@ class _DropInStore:
         client = self.client
         return client.hostname if client is not None else ""
 
+    def get_offload_rpc_read_count(self) -> int:
+        """How many objects this client has read from a disk tier's replica (upstream's
+        count of reads served by offloaded objects); 0 before setup."""
+        client = self.client
+        return client.disk_reads if client is not None else 0
+
     # ------------------------------------------------------------------------------------------
     # Buffer registration
 

@@ -137,6 +137,9 @@ class DataPlane:
         self._local = local_segment
         self._peers = PeerMappings()
         self._tcp = TransferClient(tls=tls)
+        # Objects read from a disk tier's replica (upstream's offload read count).
+        self.disk_reads = 0
+        self._disk_reads_lock = threading.Lock()
 
     def own_memory_of(self, replica: ReplicaDescriptor) -> memoryview | None:
         """A view of the replica's bytes when it lies in this client's own segment (whatever
@@ -230,11 +233,14 @@ class DataPlane:
         attempt = 0
         while pending:
             remote: dict[str, list[tuple[int, TransferOp]]] = {}
+            from_disk: set[int] = set()
             for index in pending:
                 replicas = _ordered_for_read(items[index].replicas, self)
                 if attempt >= len(replicas):
                     continue
                 replica = replicas[attempt]
+                if replica.disk:
+                    from_disk.add(index)
                 memory = self.memory_of(replica)
                 parts = items[index].destinations()
                 if memory is not None:
@@ -262,9 +268,15 @@ class DataPlane:
                         still_pending.append(index)
                     else:
                         results[index] = 0
+                        if index in from_disk:
+                            self._count_disk_read()
             pending = still_pending
             attempt += 1
         return results
+
+    def _count_disk_read(self) -> None:
+        with self._disk_reads_lock:
+            self.disk_reads += 1
 
     def _read_own_segment(self, items: Sequence[ReadItem], results: list[int]) -> list[int]:
         """Copy out of this client's own segment every item with a replica there (the cheapest

@@ -44,7 +44,7 @@ from mooncake_py.units import (
     parse_duration_ms,
 )
 
-from .config_constraints import AtLeast, Constraint, InRange, OneOf, Positive
+from .config_constraints import AtLeast, Constraint, InRange, OneOf, OnlyTrue, Positive
 
 __all__ = [
     "AtLeast",
@@ -54,6 +54,7 @@ __all__ = [
     "Kind",
     "MasterConfig",
     "OneOf",
+    "OnlyTrue",
     "Positive",
     "SESSION_LIMIT_ENV",
     "build_arg_parser",
@@ -154,6 +155,14 @@ class MasterConfig:
         "Accept the disk tiers clients mount (setup with enable_ssd_offload): an object "
         "evicted from memory is written to its segment owner's disk tier and stays readable "
         "from there. False: disk tier mounts are refused and eviction drops objects.",
+    )
+    offload_on_evict: bool = _opt(
+        True,
+        "bool",
+        "Write objects to disk tiers when memory evicts them (or an operator demotes them). "
+        "Only true: upstream's other mode, copying every object to disk when its write ends, "
+        "is not offered.",
+        OnlyTrue("objects go to disk tiers when evicted; write-behind at PutEnd is not offered"),
     )
     promotion_on_hit: bool = _opt(
         True,

@@ -104,3 +104,18 @@ class OneOf(Constraint):
     def _match(self, value: Any) -> str | None:
         lowered = value.lower() if isinstance(value, str) else None
         return next((c for c in self.choices if c.lower() == lowered), None)
+
+
+@dataclass(frozen=True)
+class OnlyTrue(Constraint):
+    """``True`` only: a flag of upstream's whose other setting names a mode this master does
+    not have (``why`` says what it does instead)."""
+
+    why: str
+
+    def admits(self, value: Any) -> bool:
+        return value is True
+
+    @property
+    def expected(self) -> str:
+        return f"true ({self.why})"

@@ -166,6 +166,7 @@ PINNED: dict[str, dict[str, str]] = {
         "get_buffer": "(self, key: 'str') -> 'BufferHandle | None'",
         "get_hostname": "(self) -> 'str'",
         "get_into": "(self, key: 'str', buffer_ptr: 'int', size: 'int') -> 'int'",
+        "get_offload_rpc_read_count": "(self) -> 'int'",
         "get_kv_session": "(self, session_id: 'str') -> 'KvSessionInfo'",
         "get_replica_desc": "(self, key: 'str') -> 'list[ReplicaDescriptor]'",
         "get_size": "(self, key: 'str') -> 'int'",

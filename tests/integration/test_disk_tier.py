@@ -219,6 +219,24 @@ def test_a_disk_only_object_read_while_memory_has_room_is_promoted(world: World)
     assert world.stats()["disk_hits"] == after["disk_hits"]  # now read from memory
 
 
+def test_the_offload_read_count_counts_reads_served_from_disk(world: World) -> None:
+    """Upstream's ``get_offload_rpc_read_count``: up by one for a read of a disk-only object,
+    unchanged for a read once the object is back in memory."""
+    world.put(["counted"])
+    fillers = world.push_out("counted")
+    assert world.writer.batch_remove(fillers, force=True) == [0] * len(fillers)
+    world.idle()
+    reads = world.writer.get_offload_rpc_read_count()
+    promoted = world.stats()["promoted_objects"]
+    assert world.writer.get("counted") == value_for("counted", MIB)
+    assert world.writer.get_offload_rpc_read_count() == reads + 1
+    wait_until(
+        lambda: world.stats()["promoted_objects"] > promoted, 15, what="the object is promoted"
+    )
+    assert world.writer.get("counted") == value_for("counted", MIB)
+    assert world.writer.get_offload_rpc_read_count() == reads + 1
+
+
 def test_releasing_a_session_on_disk_reports_the_disk_bytes_freed(world: World) -> None:
     members = [f"session-{i}" for i in range(8)]
     tagged = ReplicateConfig(kv_sessions=[["on-disk"]] * len(members))

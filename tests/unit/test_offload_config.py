@@ -47,3 +47,14 @@ def test_bad_values_are_refused() -> None:
         ClientConfig.from_mapping({**BASE, "ssd_offload_quota": "lots"})
     with pytest.raises(ClientConfigError):
         ClientConfig(ssd_offload_quota=-1)
+
+
+def test_the_master_takes_upstreams_offload_flags() -> None:
+    from mooncake_py.master.config import ConfigError, MasterConfig, config_from_mapping
+
+    config = config_from_mapping(
+        {"enable_offload": "true", "offload_on_evict": "true", "promotion_on_hit": "false"}
+    )
+    assert config.enable_offload and config.offload_on_evict and not config.promotion_on_hit
+    with pytest.raises(ConfigError, match="write-behind"):
+        MasterConfig(offload_on_evict=False)

@@ -11,7 +11,12 @@ cases) in a subprocess with a per-test and a per-file timeout. Outcomes come fro
 JUnit XML. Variants (see :func:`variants_for`): a file that calls ``setup_dummy`` gets a
 standalone client service (``mooncake_py.client.standalone``) on each 127.0.0.1 port it
 names; a file that reads ``REAL_CLIENT_ADDRESS`` runs a second time in dummy-client mode; a
-file that reads ``--client-id`` runs as two clients at once.
+file that reads ``--client-id`` runs as two clients at once; a file that uses the disk tier
+(upstream's SSD offload: it names ``enable_ssd_offload`` or a ``MOONCAKE_OFFLOAD_*`` variable,
+or its name contains ``ssd_offload``) runs with ``MOONCAKE_OFFLOAD_ENABLED=true``,
+``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`` set to a fresh directory of its own, and a master started
+with ``--enable_offload true --promotion_on_hit true`` (upstream's ``offload_on_evict: true`` is
+how this master always spills).
 
 The upstream test files are not part of this repository: put them in a directory (any
 layout; every ``test_*.py`` below it is run) and pass it as ``--tests-dir``.
@@ -56,6 +61,12 @@ LEASE_TTL_MS = 5000
 DUMMY_PORT = 50052
 # The addresses a test file names; those other than the master's are standalone services.
 DUMMY_ADDRESS = re.compile(r"""["']127\.0\.0\.1:(\d+)["']""")
+# What marks a test file as one of upstream's SSD-offload (disk tier) tests: in its text, or in
+# its name (test_ssd_offload_in_evict.py only says "set the environment" in a comment).
+DISK_TIER_MARKERS = ("enable_ssd_offload", "MOONCAKE_OFFLOAD_")
+DISK_TIER_NAME_MARKER = "ssd_offload"
+# The master flags such a file runs under: the disk tier on, promotion of read objects on.
+DISK_TIER_MASTER_ARGS = ("--enable_offload", "true", "--promotion_on_hit", "true")
 
 SHIM_INIT = '''\
 """Shim: upstream's ``mooncake`` package name over mooncake-py."""
@@ -199,8 +210,11 @@ class Service:
             self.process.wait()
 
 
-def start_master(python: str, env: dict[str, str], log_path: Path) -> tuple[Service, str]:
-    """Start a master on a free port of 127.0.0.1; returns it and its ``host:port``."""
+def start_master(
+    python: str, env: dict[str, str], log_path: Path, extra_args: Sequence[str] = ()
+) -> tuple[Service, str]:
+    """Start a master on a free port of 127.0.0.1 with ``extra_args`` appended to its command
+    line; returns it and its ``host:port``."""
     master = Service(
         [
             python,
@@ -214,6 +228,7 @@ def start_master(python: str, env: dict[str, str], log_path: Path) -> tuple[Serv
             "127.0.0.1",
             "--default_kv_lease_ttl",
             f"{LEASE_TTL_MS}ms",
+            *extra_args,
         ],
         env,
         log_path,
@@ -332,22 +347,47 @@ class Variant:
             empty tail: one process); upstream's two-client tests take ``--client-id``.
         env: extra environment variables.
         dummy_ports: ports to start a standalone client service on, for ``setup_dummy``.
+        master_args: extra flags of the master's command line.
+        disk_tier: give the test processes a fresh ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`` and
+            ``MOONCAKE_OFFLOAD_ENABLED=true``.
     """
 
     label: str = ""
     argvs: tuple[tuple[str, ...], ...] = ((),)
     env: tuple[tuple[str, str], ...] = ()
     dummy_ports: tuple[int, ...] = ()
+    master_args: tuple[str, ...] = ()
+    disk_tier: bool = False
 
 
-def variants_for(source: str) -> list[Variant]:
+def uses_disk_tier(source: str, name: str = "") -> bool:
+    """Whether a test file named ``name`` with this source is one of upstream's SSD-offload
+    tests."""
+    return DISK_TIER_NAME_MARKER in name or any(marker in source for marker in DISK_TIER_MARKERS)
+
+
+def disk_tier_env(directory: Path) -> dict[str, str]:
+    """The variables that give a client a disk tier in ``directory`` (created, empty)."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    return {
+        "MOONCAKE_OFFLOAD_ENABLED": "true",
+        "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": str(directory),
+    }
+
+
+def variants_for(source: str, name: str = "") -> list[Variant]:
     """How to run a test file with this source: the plain run, plus a dummy-client run for
     a file that switches to ``setup_dummy`` when ``REAL_CLIENT_ADDRESS`` is set; a file that
-    reads ``--client-id`` runs as two clients (``client1`` and ``client2``) at once."""
+    reads ``--client-id`` runs as two clients (``client1`` and ``client2``) at once; a file
+    that uses the disk tier (:func:`uses_disk_tier`; ``name`` is the file's name) runs with
+    one and a master that allows it."""
     ports = tuple(dummy_ports(source))
     if "--client-id" in source:
         pair = (("--client-id", "client1"), ("--client-id", "client2"))
         return [Variant(argvs=pair, dummy_ports=ports)]
+    if uses_disk_tier(source, name):
+        return [Variant(dummy_ports=ports, master_args=DISK_TIER_MASTER_ARGS, disk_tier=True)]
     variants = [Variant(dummy_ports=ports)]
     if "REAL_CLIENT_ADDRESS" in source:
         address = (("REAL_CLIENT_ADDRESS", f"127.0.0.1:{DUMMY_PORT}"),)
@@ -401,9 +441,12 @@ def run_file(
     services: list[Service] = []
     procs: list[tuple[subprocess.Popen[bytes], IO[str], Path, Path, str]] = []
     try:
-        master, address = start_master(python, base_env, work / f"{stem}.master.log")
+        master_log = work / f"{stem}.master.log"
+        master, address = start_master(python, base_env, master_log, variant.master_args)
         services.append(master)
         env = {**test_env(base_env, shim, address, work / "runtime"), **dict(variant.env)}
+        if variant.disk_tier:
+            env.update(disk_tier_env(work / f"{stem}.offload"))
         for port in variant.dummy_ports:
             services.append(start_standalone(python, env, address, port, work / stem))
         has_timeout = _has_module(python, env, "pytest_timeout")
@@ -511,7 +554,7 @@ def iter_outcomes(args: argparse.Namespace, work: Path) -> Iterator[Outcome]:
     for path in files:
         started = time.monotonic()
         print(f"running {path.relative_to(tests_dir)} ...", flush=True)
-        for variant in variants_for(path.read_text(errors="replace")):
+        for variant in variants_for(path.read_text(errors="replace"), path.name):
             results = run_file(
                 path, tests_dir, args.python, shim, work, args.timeout, args.file_timeout, variant
             )
