@@ -13,6 +13,7 @@ The attacker's genuine grants come from the master (GetReplicaList), as any tena
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import uuid
 from collections.abc import Iterator
@@ -97,7 +98,9 @@ def _exchange(endpoint: str, requests: bytes) -> bytes:
     host, _, port = endpoint.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(requests)
-        sock.shutdown(socket.SHUT_WR)
+        # The server may have refused and closed first: its answer may still be queued.
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
         received = bytearray()
         while True:
             try:
