@@ -60,6 +60,10 @@ class AsyncMooncakeStore(
         """See :meth:`~mooncake_py.MooncakeDistributedStore.get_hostname`."""
         return self.store.get_hostname()
 
+    def get_offload_rpc_read_count(self) -> int:
+        """See :meth:`~mooncake_py.MooncakeDistributedStore.get_offload_rpc_read_count`."""
+        return self.store.get_offload_rpc_read_count()
+
     def health_check(self) -> int:
         """See :meth:`~mooncake_py.MooncakeDistributedStore.health_check`."""
         return self.store.health_check()

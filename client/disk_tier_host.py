@@ -28,6 +28,7 @@ Thread-safety: :meth:`start` and :meth:`close` from the owning thread; the polle
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -65,7 +66,9 @@ DEFAULT_QUOTA_SHARE = 0.9
 """Share of the filesystem's free space a tier takes when no quota is configured."""
 
 _OK = int(ErrorCode.OK)
-_FOREIGN = int(ErrorCode.ILLEGAL_CLIENT)
+# Refusals that say the files are someone else's (a tenant the tier may not hold, a tier that
+# is not this client's): they are left alone.
+_NOT_OURS = (int(ErrorCode.ILLEGAL_CLIENT), int(ErrorCode.SEGMENT_NOT_FOUND))
 
 
 def default_quota(path: str) -> int:
@@ -193,6 +196,13 @@ class DiskTierHost:
                 self._save_identity(self.info.id, self.key, top)
             except OSError as exc:
                 log.warning("disk tier: cannot record its high-water offset: %s", exc)
+            self._publish_high_water()
+
+    def _publish_high_water(self) -> None:
+        """Mount (and remount, after a master restart) with the current high-water mark, so a
+        fresh master hands out no offset of a file this tier holds."""
+        if self.info.base != self._high_water:
+            self.info = dataclasses.replace(self.info, base=self._high_water)
 
     # -- joining ---------------------------------------------------------------------------
 
@@ -222,12 +232,13 @@ class DiskTierHost:
             doomed = [
                 e.offset
                 for e, code in zip(chunk, codes, strict=True)
-                if code not in (_OK, _FOREIGN)
+                if code != _OK and code not in _NOT_OURS
             ]
             registered += sum(1 for code in codes if code == _OK)
             refused += len(chunk) - sum(1 for code in codes if code == _OK)
             if doomed:
                 self.store.delete(doomed)
+        self._publish_high_water()
         if entries:
             log.info("disk tier %s: %d objects found again", self.store.directory, registered)
         return registered, refused

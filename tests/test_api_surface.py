@@ -49,6 +49,7 @@ PINNED: dict[str, dict[str, str]] = {
         "get_batch": "async (self, keys: 'Sequence[str]') -> 'list[bytes]'",
         "get_buffer": "async (self, key: 'str') -> 'BufferHandle | None'",
         "get_hostname": "(self) -> 'str'",
+        "get_offload_rpc_read_count": "(self) -> 'int'",
         "get_into": "async (self, key: 'str', buffer_ptr: 'int', size: 'int') -> 'int'",
         "get_kv_session": "async (self, session_id: 'str') -> 'KvSessionInfo'",
         "get_replica_desc": "async (self, key: 'str') -> 'list[ReplicaDescriptor]'",

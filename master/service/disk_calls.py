@@ -103,8 +103,8 @@ class DiskTierService:
             changes nothing); OBJECT_ALREADY_EXISTS when the key has another object (the file
             is an old value: the owner deletes it); OBJECT_NOT_FOUND for a file whose object
             was removed while the owner was away (it is to be deleted); INVALID_PARAMS for a
-            malformed entry, a range the tier cannot hold (overlap, quota), or a tier that is
-            not the caller's disk tier;
+            malformed entry or a range the tier cannot hold (overlap, quota); SEGMENT_NOT_FOUND
+            for every entry when the tier is not (or no longer) the caller's disk tier;
             ILLEGAL_CLIENT for a tenant whose objects the tier may not hold. More than
             :data:`MAX_DISK_ENTRIES` entries: INVALID_PARAMS for each.
         Complexity: O(entries).
@@ -117,7 +117,8 @@ class DiskTierService:
             state = self._state
             tier = state.segments.get(segment_id)
             if tier is None or not tier.info.disk or tier.client_id != client_id:
-                return [invalid] * len(entries)
+                # Not the caller's tier (now): the files are not its to give up.
+                return [int(ErrorCode.SEGMENT_NOT_FOUND)] * len(entries)
             results: list[int] = []
             for entry in entries:
                 tenant = self._resolve_tenant(entry.tenant)

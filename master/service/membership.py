@@ -130,17 +130,25 @@ class MembershipService:
 
         Returns:
             OK, or INVALID_PARAMS (nothing mounted) when one segment is malformed or the
-            tenant is invalid.
+            tenant is invalid. A disk tier this master does not take (offload off, or held by
+            another tenant's or over its new quota) is left out; the others still mount.
         """
         with self._lock:
             owner = self._owner_of(tenant)
             if not client_id or owner is None:
                 return ErrorCode.INVALID_PARAMS
+            taken: list[SegmentInfo] = []
             for segment in segments:
-                if self._validate_segment(client_id, segment) != ErrorCode.OK:
+                code = self._validate_segment(client_id, segment)
+                if code == ErrorCode.UNABLE_OFFLOAD:
+                    continue  # a disk tier this master does not take: the rest still mount
+                if code != ErrorCode.OK:
                     return ErrorCode.INVALID_PARAMS
-            for segment in segments:
-                self._mount_locked(client_id, segment, owner)
+                taken.append(segment)
+            for segment in taken:
+                code = self._mount_locked(client_id, segment, owner)
+                if code != ErrorCode.OK and not segment.disk:
+                    return code  # (a disk tier refused stays out; the segments still mount)
             self._clients.touch(client_id, self._clock())
             self._clients.mark_ok(client_id)
             return ErrorCode.OK
@@ -224,7 +232,8 @@ class MembershipService:
             # process that restarted on it: it takes the tier over, objects and all.
             if existing.tenant != owner:
                 return ErrorCode.INVALID_PARAMS
-            self._state.take_over_disk_tier(segment.id, client_id, segment)
+            if not self._state.take_over_disk_tier(segment.id, client_id, segment):
+                return ErrorCode.INVALID_PARAMS  # it holds more than its new quota
         return code
 
     def reap_expired_clients(self, now: float, drain: bool = True) -> list[str]:

@@ -35,6 +35,9 @@ class DiskSpace:
             raise ValueError(f"capacity must be positive, got {capacity}")
         self._capacity = capacity
         self._allocations: dict[int, int] = {}
+        # Allocations whose file is to be deleted: still held (so the range is known, and no
+        # file is registered there again) but no longer counted against the quota.
+        self._doomed: set[int] = set()
         self._used = 0
         self._next = 0
 
@@ -112,6 +115,31 @@ class DiskSpace:
         self._next = max(self._next, offset + size)
         return True
 
+    def holds(self, offset: int) -> bool:
+        """Whether an allocation (doomed or not) starts at ``offset``. O(1)."""
+        return offset in self._allocations
+
+    def doom(self, offset: int) -> int:
+        """The file at ``offset`` is to be deleted: its bytes stop counting against the quota
+        at once; the range stays held until :meth:`free`. Returns its size. O(1).
+
+        Raises:
+            KeyError: no live allocation starts at ``offset``.
+        """
+        size = self._allocations[offset]
+        if offset not in self._doomed:
+            self._doomed.add(offset)
+            self._used -= size
+        return size
+
+    def resize(self, capacity: int) -> bool:
+        """Change the quota (its owner restarted with another one); False, and nothing
+        changed, when the allocations already exceed ``capacity``. O(1)."""
+        if capacity <= 0 or capacity < self._used:
+            return False
+        self._capacity = capacity
+        return True
+
     def free(self, offset: int) -> int:
         """Release the allocation at ``offset``; returns its size. O(1).
 
@@ -119,7 +147,10 @@ class DiskSpace:
             KeyError: no live allocation starts at ``offset``.
         """
         size = self._allocations.pop(offset)
-        self._used -= size
+        if offset in self._doomed:
+            self._doomed.discard(offset)
+        else:
+            self._used -= size
         return size
 
     def restore_allocations(self, allocations: Iterable[tuple[int, int]]) -> None:
@@ -131,6 +162,7 @@ class DiskSpace:
         """
         if self._allocations:
             raise ValueError("restore_allocations needs a fresh space")
+        # (Ranges come back live; those no restored object claims are doomed again.)
         cursor = 0
         for offset, size in sorted(allocations):
             if size <= 0 or offset < cursor:
@@ -171,7 +203,10 @@ class DiskSpace:
             AssertionError: ``used_bytes`` is stale, the quota is exceeded, ranges overlap, or
                 one lies at or past the next offset.
         """
-        if sum(self._allocations.values()) != self._used:
+        if not self._doomed <= set(self._allocations):
+            raise AssertionError("a doomed range is not allocated")
+        live = sum(s for o, s in self._allocations.items() if o not in self._doomed)
+        if live != self._used:
             raise AssertionError("used_bytes disagrees with the allocations")
         if self._used > self._capacity:
             raise AssertionError(f"{self._used} bytes used past the quota {self._capacity}")

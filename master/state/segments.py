@@ -273,13 +273,16 @@ class SegmentManager:
         if mounted is None:
             return
         if mounted.info.disk:
-            # Disk offsets are never handed out again, so no capability can reach another
-            # object through this range: it is free at once, and its file goes.
-            mounted.allocator.free(offset)
-            if self.journal is not None:
-                self.journal.freed(segment_id, offset)
-            if self.on_disk_freed is not None:
+            # Its file is to go: the range stays allocated (a replicated row, so a restored
+            # master knows the file is to be deleted, and the owner cannot register it again)
+            # until the owner is told (release_disk). Disk offsets are never handed out
+            # again, so no capability can reach another object through it meanwhile.
+            space = mounted.allocator
+            if self.on_disk_freed is not None and isinstance(space, DiskSpace):
+                space.doom(offset)
                 self.on_disk_freed(segment_id, offset)
+            else:
+                self.release_disk(segment_id, offset)
             return
         holds = self.grant_holds
         if (mounted.info.shared or holds.floor_ms) and holds.hold_on_free(
@@ -303,6 +306,18 @@ class SegmentManager:
         return len(released)
 
     # -- disk tiers ------------------------------------------------------------------------
+
+    def release_disk(self, segment_id: str, offset: int) -> None:
+        """Free a disk range whose file's deletion its owner has been told of (or that nobody
+        tracks); a no-op when the tier or the range is gone. O(1)."""
+        mounted = self._segments.get(segment_id)
+        if mounted is None or not mounted.info.disk:
+            return
+        space = mounted.allocator
+        if isinstance(space, DiskSpace) and space.holds(offset):
+            space.free(offset)
+            if self.journal is not None:
+                self.journal.freed(segment_id, offset)
 
     def allocate_disk(self, mounted: MountedSegment, size: int) -> Allocation | None:
         """Reserve ``size`` bytes of the disk tier ``mounted`` at a fresh offset; None when its

@@ -180,6 +180,7 @@ class StoreState:
         # Disk tier spills and promotions in flight, file deletions, per-tier LRUs.
         self.disk = DiskTiers()
         self.segments.on_disk_freed = self.disk.delete_later
+        self.disk.release = self.segments.release_disk
         self._preempted_deadlines: list[tuple[float, int]] = []
         self.counters = Counters()
         # Tenants whose KV cache a release_kv_cache released (it removed at least one of their
@@ -469,17 +470,27 @@ class StoreState:
     def resume_disk_tier(self, mounted: MountedSegment, high_water: int) -> None:
         """A disk tier was mounted (again, perhaps: its owner restarted on its directory):
         hand out no offset below the owner's ``high_water`` (its files' ends). O(1)."""
+        self.disk.mounted_again(mounted.info.id)
         space = mounted.allocator
         if isinstance(space, DiskSpace) and high_water > space.next_offset:
             space.advance_to(high_water)
             if self.journal is not None:
                 self.journal.segment(mounted.info.id)
 
-    def take_over_disk_tier(self, segment_id: str, client_id: str, info: SegmentInfo) -> None:
+    def take_over_disk_tier(self, segment_id: str, client_id: str, info: SegmentInfo) -> bool:
         """The disk tier ``segment_id`` passes to ``client_id`` (its owner restarted on the
         tier's directory before its old self expired): its objects stay readable, the old
         owner's tasks on it end (their reservations freed, their objects candidates again),
-        its pending deletions go to the new owner. O(tasks + objects in its LRU: none)."""
+        its pending deletions go to the new owner, its quota becomes ``info.size``.
+
+        Returns:
+            False (nothing changed) when the tier already holds more than the new quota.
+        Complexity: O(tasks).
+        """
+        current = self.segments.get(segment_id)
+        space = None if current is None else current.allocator
+        if not isinstance(space, DiskSpace) or not space.resize(info.size):
+            return False
         mounted = self.segments.rebind(segment_id, client_id, info)
         disk = self.disk
         for task_id in disk.tasks_on(segment_id):
@@ -489,6 +500,7 @@ class StoreState:
             self.segments.free(record.target.segment.info.id, record.target.offset)
             self.restore_candidate(record.meta.object_id)
         self.resume_disk_tier(mounted, info.base)
+        return True
 
     def restore_candidate(self, object_id: ObjectId) -> None:
         """A disk task of the object ended without moving it: if it is still there, in
@@ -671,6 +683,7 @@ class StoreState:
                 + self.reads.retired_on(sid)
                 + self.tasks.held_on(sid)
                 + self.disk.held_on(sid)
+                + self.disk.deletes_held_on(sid)
                 + self.segments.grant_holds.held_on(sid)
             )
             if mounted.allocator.allocation_count != expected:

@@ -165,10 +165,14 @@ def test_b_cannot_register_or_drop_replicas_in_as_tier(tenants: Tenants) -> None
     key, replica = next(iter(tenants.on_disk.items()))
     existing = [DiskReplicaEntry("tenant-a", key, replica.offset, replica.size)]
     fresh = [DiskReplicaEntry("tenant-a", "planted", (1 << 40), 4096)]
-    for rpc_call in (tenants.b_rpc.register_disk_replicas, tenants.b_rpc.drop_disk_replicas):
+    register, drop = tenants.b_rpc.register_disk_replicas, tenants.b_rpc.drop_disk_replicas
+    for rpc_call in (register, drop):
         with pytest.raises(PermissionDeniedError):
             rpc_call(a_client, a_disk, existing)
-        assert rpc_call(b_client, a_disk, existing) == [int(ErrorCode.INVALID_PARAMS)]
+    # Not B's tier: refused (for registration with the code that says so, so that an owner
+    # never deletes files of a tier it does not hold).
+    assert register(b_client, a_disk, existing) == [int(ErrorCode.SEGMENT_NOT_FOUND)]
+    assert drop(b_client, a_disk, existing) == [int(ErrorCode.INVALID_PARAMS)]
     # B's own tier may not hold tenant A's objects, nor can B name them in its tier.
     assert _refused(lambda: tenants.b_rpc.register_disk_replicas(b_client, b_disk, fresh))
     assert _refused(lambda: tenants.b_rpc.drop_disk_replicas(b_client, b_disk, existing))

@@ -229,7 +229,7 @@ def test_registered_files_come_back_as_disk_objects() -> None:
     assert service.disk.register_disk_replicas(OWNER, DISK, entries[:1]) == [OK]
     # Only the tier's owner registers into it.
     assert service.disk.register_disk_replicas("other", DISK, entries[:1]) == [
-        ErrorCode.INVALID_PARAMS
+        ErrorCode.SEGMENT_NOT_FOUND
     ]
     # A damaged file's replica is dropped; the object goes with its last replica.
     assert service.disk.drop_disk_replicas(OWNER, DISK, entries[:1]) == [OK]
