@@ -4,6 +4,7 @@ seeded stress run holding every invariant (``check()``) after each step."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -458,3 +459,32 @@ def test_only_spills_on_the_writers_segments_make_it_wait() -> None:
     assert service.stats()["spills_in_flight"] > 0
     start = service.put_start("wb", "tb", "b-more", 8 * KIB, ReplicateConfig())
     assert start.retry_after_ms == 0  # nothing frees memory tb may use
+
+
+def test_a_restarted_owner_takes_its_tier_over_with_its_new_quota() -> None:
+    service, _ = service_with_tier()
+    entries = [DiskReplicaEntry("", f"f{i}", i * 1000, 1000) for i in range(3)]
+    assert service.disk.register_disk_replicas(OWNER, DISK, entries) == [OK] * 3
+    key = bytes(range(32))
+
+    def tier(size: int, client_key: bytes = key) -> SegmentInfo:
+        return SegmentInfo(DISK, "host:9", 0, size, "127.0.0.1:9", capability_key=client_key)
+
+    moved = dataclasses.replace(tier(2000), disk=True)
+    assert service.mount_segment("restarted", moved) == ErrorCode.INVALID_PARAMS  # 3000 held
+    forged = dataclasses.replace(tier(1 << 20, bytes(32)), disk=True)
+    assert service.mount_segment("thief", forged) == ErrorCode.INVALID_PARAMS  # not its key
+    bigger = dataclasses.replace(tier(1 << 20), disk=True)
+    assert service.mount_segment("restarted", bigger) == OK
+    mounted = service.segment_of(DISK)
+    assert mounted is not None and mounted.client_id == "restarted"
+    assert mounted.allocator.capacity == 1 << 20 and tiers_of(service, "f0") == ["disk"]
+    service.check()
+
+
+def test_a_master_without_offload_still_remounts_the_memory_segment() -> None:
+    service = MasterService(MasterConfig(enable_offload=False), clock=FakeClock(1.0))
+    memory = SegmentInfo("m", "host:1", 0x1000, 1 << 20, "127.0.0.1:1")
+    disk = SegmentInfo("d", "host:1", 0, 1 << 20, "127.0.0.1:1", disk=True)
+    assert service.remount_segments("c", [memory, disk]) == OK
+    assert service.segment_of("m") is not None and service.segment_of("d") is None
