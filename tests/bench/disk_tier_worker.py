@@ -26,11 +26,7 @@ Thread-safety: one command at a time, from the main thread.
 
 from __future__ import annotations
 
-import argparse
 import collections
-import json
-import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -38,16 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from tests.bench.common import protocol_stdout, reply
 from tests.bench.worker import (
-    IMPLEMENTATIONS,
     OBJECT_NOT_FOUND,
     STAMP_BYTES,
     keys_of,
     pattern,
+    serve_commands,
     stamp,
     store_class,
-    versions,
 )
 
 COMMANDS = ("setup", "write", "read")
@@ -182,42 +176,9 @@ class TierWorker:
             self.joined = False
 
 
-def _raise_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Serve commands until ``quit`` or end of input; always close the store."""
-    parser = argparse.ArgumentParser(description="disk-tier benchmark store client")
-    parser.add_argument("--impl", choices=IMPLEMENTATIONS, default="py")
-    args = parser.parse_args(argv)
-    out = protocol_stdout()
-    signal.signal(signal.SIGTERM, _raise_exit)
-    try:
-        worker = TierWorker(args.impl)
-    except Exception as exc:  # an import or load failure, answered so the parent can tell
-        reply(out, {"error": f"{args.impl} store unavailable: {type(exc).__name__}: {exc}"})
-        return 1
-    reply(out, {"ready": True, "pid": os.getpid(), "versions": versions(args.impl)})
-    try:
-        for line in sys.stdin:
-            command: dict[str, Any] = json.loads(line)
-            name = command.pop("cmd")
-            if name == "quit":
-                reply(out, {"ok": True})
-                break
-            if name not in COMMANDS:
-                reply(out, {"error": f"unknown command {name!r}"})
-                continue
-            try:
-                result = getattr(worker, name)(**command)
-            except Exception as exc:  # answered, so the parent reports it
-                reply(out, {"error": f"{name}: {type(exc).__name__}: {exc}"})
-                continue
-            reply(out, result)
-    finally:
-        worker.close()
-    return 0
+    return serve_commands(TierWorker, COMMANDS, "disk-tier benchmark store client", argv)
 
 
 if __name__ == "__main__":

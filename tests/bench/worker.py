@@ -45,6 +45,7 @@ import platform
 import signal
 import sys
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -448,15 +449,22 @@ def _raise_exit(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Serve commands until ``quit`` or end of input; always close the store."""
-    parser = argparse.ArgumentParser(description="benchmark store client")
+def serve_commands(
+    make_worker: Callable[[str], Any],
+    commands: Sequence[str],
+    description: str,
+    argv: list[str] | None = None,
+) -> int:
+    """A store client process's loop: build ``make_worker(impl)`` (``--impl``), then answer
+    each JSON command line (``{"cmd": NAME, ...}``, NAME one of ``commands`` or ``quit``) with
+    the worker's result until ``quit`` or end of input; always close the worker."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--impl", choices=IMPLEMENTATIONS, default="py")
     args = parser.parse_args(argv)
     out = protocol_stdout()
     signal.signal(signal.SIGTERM, _raise_exit)
     try:
-        worker = Worker(args.impl)
+        worker = make_worker(args.impl)
     except Exception as exc:  # an import or load failure, answered so the parent can tell
         reply(out, {"error": f"{args.impl} store unavailable: {type(exc).__name__}: {exc}"})
         return 1
@@ -468,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
             if name == "quit":
                 reply(out, {"ok": True})
                 break
-            if name not in COMMANDS:
+            if name not in commands:
                 reply(out, {"error": f"unknown command {name!r}"})
                 continue
             try:
@@ -480,6 +488,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         worker.close()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve commands until ``quit`` or end of input; always close the store."""
+    return serve_commands(Worker, COMMANDS, "benchmark store client", argv)
 
 
 if __name__ == "__main__":
