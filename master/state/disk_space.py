@@ -10,7 +10,8 @@ reader holding an old descriptor can never be served another object's bytes unde
 
 :class:`DiskSpace` has the interface of :class:`~.allocator.OffsetAllocator` that the rest of
 the master uses (used and free bytes against the quota, allocate, free, restore, check); there
-is no fragmentation: ``largest_free_block`` is the free quota.
+is no fragmentation: ``largest_free_block`` is the free quota. An allocation whose file is to
+be deleted can be *doomed* first: it leaves the quota at once but stays held until freed.
 
 Thread-safety: none; the master service serializes every call under its lock.
 """

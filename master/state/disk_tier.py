@@ -16,7 +16,11 @@ it), exactly as replica tasks hold theirs (:mod:`.tasks`). An object has at most
 
 Each tier also keeps an LRU of the objects with a disk replica on it (oldest access first),
 which frees its quota when a spill needs room, and the offsets of the files to delete (ranges
-freed since its owner last asked).
+freed since its owner last asked). While a mounted tier's file waits to be deleted its range
+stays allocated, doomed (:meth:`~.disk_space.DiskSpace.doom`: out of the quota, but a
+replicated row, so a restored master deletes the file too and nobody registers it again); it
+is freed when the deletion is handed out. A tier whose owner is away keeps its pending
+deletions under its id until it is mounted again.
 
 Thread-safety: none; the service serializes every call under its lock.
 """
