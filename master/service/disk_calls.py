@@ -25,6 +25,7 @@ from mooncake_py.types import (
 
 from ..state.disk_tier import DiskTaskRecord
 from ..state.objects import ObjectMetadata, Replica, valid_key
+from ..state.segments import MountedSegment
 from .context import ServiceContext
 from .disk_moves import DiskMoves
 from .slices import Steps, drive, map_in_slices
@@ -115,8 +116,8 @@ class DiskTierService:
         with self._lock:
             now = self._clock()
             state = self._state
-            tier = state.segments.get(segment_id)
-            if tier is None or not tier.info.disk or tier.client_id != client_id:
+            tier = self._callers_tier(client_id, segment_id)
+            if tier is None:
                 # Not the caller's tier (now): the files are not its to give up.
                 return [int(ErrorCode.SEGMENT_NOT_FOUND)] * len(entries)
             results: list[int] = []
@@ -178,8 +179,7 @@ class DiskTierService:
         with self._lock:
             now = self._clock()
             state = self._state
-            tier = state.segments.get(segment_id)
-            if tier is None or not tier.info.disk or tier.client_id != client_id:
+            if self._callers_tier(client_id, segment_id) is None:
                 return [invalid] * len(entries)
             results: list[int] = []
             for entry in entries:
@@ -245,6 +245,13 @@ class DiskTierService:
             return int(ErrorCode.UNABLE_OFFLOAD)
 
         return (yield from map_in_slices(self._lock, keys, self._clock, step))
+
+    def _callers_tier(self, client_id: str, segment_id: str) -> MountedSegment | None:
+        """The disk tier ``segment_id`` if ``client_id`` holds it, else None. O(1)."""
+        tier = self._state.segments.get(segment_id)
+        if tier is None or not tier.info.disk or tier.client_id != client_id:
+            return None
+        return tier
 
     def expire_disk_tasks(self, now: float) -> int:
         """Fail the disk tasks whose deadline passed (a background step); returns how many."""

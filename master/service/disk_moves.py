@@ -228,14 +228,7 @@ class DiskMoves:
             state.restore_candidate(record.meta.object_id)
             return
         state.disk.spill_done(target.segment.info.id)
-        replica = Replica(
-            state.next_replica_id(),
-            target.segment.info.id,
-            target.offset,
-            target.size,
-            ReplicaStatus.COMPLETE,
-        )
-        state.objects.add_replicas(meta, [replica])
+        self._attach(meta, target)
         state.disk.on_disk(target.segment.info.id, meta.object_id)
         state.counters.spilled_objects += 1
         state.counters.spilled_bytes += meta.size
@@ -261,6 +254,14 @@ class DiskMoves:
             if code != 0:
                 state.counters.promotion_failures += 1
             return
+        self._attach(meta, target)
+        state.counters.promoted_objects += 1
+        if not meta.hard_pinned:
+            state.policy.on_created(meta.object_id)
+
+    def _attach(self, meta: ObjectMetadata, target: Allocation) -> None:
+        """Give ``meta`` the range a finished copy filled, as a COMPLETE replica."""
+        state = self._state
         replica = Replica(
             state.next_replica_id(),
             target.segment.info.id,
@@ -269,9 +270,6 @@ class DiskMoves:
             ReplicaStatus.COMPLETE,
         )
         state.objects.add_replicas(meta, [replica])
-        state.counters.promoted_objects += 1
-        if not meta.hard_pinned:
-            state.policy.on_created(meta.object_id)
 
     def expire(self, now: float) -> int:
         """Fail the tasks whose deadline passed; returns how many. O(tasks)."""

@@ -120,6 +120,19 @@ class DiskSpace:
         """Whether an allocation (doomed or not) starts at ``offset``. O(1)."""
         return offset in self._allocations
 
+    def is_doomed(self, offset: int) -> bool:
+        """Whether the allocation at ``offset`` is doomed. O(1)."""
+        return offset in self._doomed
+
+    @property
+    def doomed_count(self) -> int:
+        """Doomed allocations (held until freed)."""
+        return len(self._doomed)
+
+    def doomed(self) -> frozenset[int]:
+        """Their offsets. O(doomed)."""
+        return frozenset(self._doomed)
+
     def doom(self, offset: int) -> int:
         """The file at ``offset`` is to be deleted: its bytes stop counting against the quota
         at once; the range stays held until :meth:`free`. Returns its size. O(1).

@@ -97,9 +97,8 @@ class DiskTiers:
         # same as sets, so a restarted owner cannot register a file that is to go.
         self._deletes: collections.OrderedDict[str, list[int]] = collections.OrderedDict()
         self._doomed: dict[str, set[int]] = {}
-        # Of those, the ones whose range the tier's space still holds (mounted tiers): freed
-        # (``release``) when the owner is told; and the tiers whose owner is away.
-        self._held: dict[str, set[int]] = {}
+        # Tiers whose owner is away; and what frees a handed-out deletion's range when its
+        # tier's space still holds it doomed (a mounted tier's).
         self._away: set[str] = set()
         self.release: Callable[[str, int], None] | None = None
         self._lru: dict[str, collections.OrderedDict[ObjectId, None]] = {}
@@ -279,7 +278,6 @@ class DiskTiers:
         (amortized; past :data:`MAX_PENDING_DELETES` the oldest away tier's are dropped)."""
         self._deletes.setdefault(segment_id, []).append(offset)
         self._doomed.setdefault(segment_id, set()).add(offset)
-        self._held.setdefault(segment_id, set()).add(offset)
         self._pending += 1
         while self._pending > MAX_PENDING_DELETES:
             # Only an away tier's are ever dropped: a mounted tier's owner is told soon.
@@ -308,15 +306,9 @@ class DiskTiers:
             self._pending -= len(batch)
             doomed = self._doomed[segment_id]
             doomed.difference_update(batch)
-            held = self._held.get(segment_id)
-            if held:
+            if self.release is not None:
                 for offset in batch:
-                    if offset in held:
-                        held.discard(offset)
-                        if self.release is not None:
-                            self.release(segment_id, offset)
-                if not held:
-                    del self._held[segment_id]
+                    self.release(segment_id, offset)
             if rest:
                 self._deletes[segment_id] = rest
             else:
@@ -328,14 +320,6 @@ class DiskTiers:
     def pending_deletes(self) -> int:
         """Files waiting to be deleted, over all tiers (mounted or away)."""
         return self._pending
-
-    def deletes_held_on(self, segment_id: str) -> int:
-        """Ranges of ``segment_id`` held until their files' deletion is handed out. O(1)."""
-        return len(self._held.get(segment_id, ()))
-
-    def held_deletes(self, segment_id: str) -> frozenset[int]:
-        """Those ranges' offsets."""
-        return frozenset(self._held.get(segment_id, ()))
 
     def mounted_again(self, segment_id: str) -> None:
         """A tier is mounted (again): its pending deletions are no longer an away tier's."""
@@ -401,7 +385,6 @@ class DiskTiers:
             self._lru_of.pop(object_id, None)
         self.failed_until.pop(segment_id, None)
         self._failures.pop(segment_id, None)
-        self._held.pop(segment_id, None)  # its space went with it
         self._away.add(segment_id)
 
     # -- invariants ------------------------------------------------------------------------
@@ -431,9 +414,7 @@ class DiskTiers:
             raise AssertionError("pending deletion count disagrees with the lists")
         if {s: set(v) for s, v in self._deletes.items()} != self._doomed:
             raise AssertionError("pending deletion sets disagree with the lists")
-        for segment_id, held in self._held.items():
-            if not held <= self._doomed.get(segment_id, set()):
-                raise AssertionError(f"held deletions of {segment_id} are not pending")
+
         indexed = {oid for lru in self._lru.values() for oid in lru}
         if indexed != set(self._lru_of):
             raise AssertionError("LRU entries disagree with their index")

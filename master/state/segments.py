@@ -278,11 +278,12 @@ class SegmentManager:
             # until the owner is told (release_disk). Disk offsets are never handed out
             # again, so no capability can reach another object through it meanwhile.
             space = mounted.allocator
-            if self.on_disk_freed is not None and isinstance(space, DiskSpace):
+            if isinstance(space, DiskSpace):
                 space.doom(offset)
-                self.on_disk_freed(segment_id, offset)
-            else:
-                self.release_disk(segment_id, offset)
+                if self.on_disk_freed is not None:
+                    self.on_disk_freed(segment_id, offset)
+                else:  # nobody to tell: the range goes at once
+                    self.release_disk(segment_id, offset)
             return
         holds = self.grant_holds
         if (mounted.info.shared or holds.floor_ms) and holds.hold_on_free(
@@ -308,13 +309,14 @@ class SegmentManager:
     # -- disk tiers ------------------------------------------------------------------------
 
     def release_disk(self, segment_id: str, offset: int) -> None:
-        """Free a disk range whose file's deletion its owner has been told of (or that nobody
-        tracks); a no-op when the tier or the range is gone. O(1)."""
+        """Free a doomed disk range whose file's deletion its owner has been told of; a no-op
+        when the tier is gone or the range is not a doomed one of its space (a tier mounted
+        afresh never held it). O(1)."""
         mounted = self._segments.get(segment_id)
         if mounted is None or not mounted.info.disk:
             return
         space = mounted.allocator
-        if isinstance(space, DiskSpace) and space.holds(offset):
+        if isinstance(space, DiskSpace) and space.is_doomed(offset):
             space.free(offset)
             if self.journal is not None:
                 self.journal.freed(segment_id, offset)

@@ -677,13 +677,19 @@ class StoreState:
                 held[replica.segment_id] = held.get(replica.segment_id, 0) + 1
         for mounted in self.segments.all_segments():
             sid = mounted.info.id
+            doomed = 0
+            if isinstance(mounted.allocator, DiskSpace):
+                doomed = mounted.allocator.doomed_count
+                for offset in mounted.allocator.doomed():
+                    if not self.disk.is_doomed(sid, offset):
+                        raise AssertionError(f"disk range {offset} of {sid} held for no deletion")
             expected = (
                 live.get(sid, 0)
                 + held.get(sid, 0)
                 + self.reads.retired_on(sid)
                 + self.tasks.held_on(sid)
                 + self.disk.held_on(sid)
-                + self.disk.deletes_held_on(sid)
+                + doomed
                 + self.segments.grant_holds.held_on(sid)
             )
             if mounted.allocator.allocation_count != expected:
