@@ -494,6 +494,12 @@ class _DropInStore:
         """Delete each key; per-key codes as :meth:`remove`."""
         return self._codes(len(keys), lambda c: c.batch_remove(keys, force))
 
+    def batch_demote(self, keys: Sequence[str]) -> list[int]:
+        """Move each key from memory to its owner's disk tier now; per-key codes as
+        :meth:`~mooncake_py.Client.batch_demote` (0, or -704, -703/-706 while written/read,
+        -714 hard pinned, -1300 when no disk tier may hold it)."""
+        return self._codes(len(keys), lambda c: c.batch_demote(keys))
+
     def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
         """Delete every key matching the pattern; the count removed, or -600 for a bad regex."""
         return self._value(lambda c: c.remove_by_regex(regex_pattern, force))

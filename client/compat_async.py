@@ -254,6 +254,10 @@ class AsyncMooncakeStore(
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.batch_remove`."""
         return await self._run(self.store.batch_remove, keys, force)
 
+    async def batch_demote(self, keys: Sequence[str]) -> list[int]:
+        """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.batch_demote`."""
+        return await self._run(self.store.batch_demote, keys)
+
     async def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
         """Coroutine of :meth:`~mooncake_py.MooncakeDistributedStore.remove_by_regex`."""
         return await self._run(self.store.remove_by_regex, regex_pattern, force)

@@ -3,15 +3,18 @@ same over gRPC and over the HTTP memory API."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
 
 import pytest
 
-from mooncake_py import MooncakeDistributedStore
+from mooncake_py import AsyncMooncakeStore, MooncakeDistributedStore
 from mooncake_py.cli.output import format_size
+from mooncake_py.errors import ErrorCode
 from mooncake_py.testing import InProcessMaster
+from tests.conftest import client_config
 from tests.integration.cli_twins import run_cli, segments_match
 from tests.integration.disk_world import disk_client_config, fill_until_spilled, wait_until_settled
 
@@ -103,4 +106,33 @@ def test_keys_demote_moves_keys_to_disk(tmp_path_factory: pytest.TempPathFactory
             tiers = [d.is_disk_replica() for d in store.get_replica_desc("cold")]
             assert tiers[0] and store.get("cold") == b"c" * 4096
         finally:
+            store.close()
+
+
+@pytest.mark.parametrize("force_tcp", [False, True], ids=["shared-memory", "tcp"])
+def test_the_store_faces_demote_keys(
+    tmp_path_factory: pytest.TempPathFactory, force_tcp: bool
+) -> None:
+    """``batch_demote`` on the drop-in store and its asyncio twin; a reader on the same host
+    (shared memory allowed or forced TCP) gets the demoted bytes back from the disk tier."""
+    root = str(tmp_path_factory.mktemp("faces"))
+    with InProcessMaster() as master:
+        store = MooncakeDistributedStore()
+        assert store.setup(disk_client_config(master.address, root)) == 0
+        reader = MooncakeDistributedStore()
+        plain = {**client_config(master.address, 0), "force_tcp": force_tcp}
+        assert reader.setup(plain) == 0
+        try:
+            assert store.put("a", b"a" * 5000) == 0 and store.put("b", b"b" * 6000) == 0
+            assert store.batch_demote(["a", "gone"]) == [0, ErrorCode.OBJECT_NOT_FOUND]
+
+            async def demote_b() -> list[int]:
+                return await AsyncMooncakeStore(store).batch_demote(["b"])
+
+            assert asyncio.run(demote_b()) == [0]
+            wait_until_settled(master)
+            assert reader.get("a") == b"a" * 5000 and reader.get("b") == b"b" * 6000
+            assert master.service.stats()["operator_demotions"] == 2
+        finally:
+            reader.close()
             store.close()
