@@ -74,10 +74,10 @@ class DiskTierService:
         Returns:
             Per task: OK, or TASK_NOT_FOUND for a task that is unknown, not the caller's, not
             handed out, or already over (it expired). INVALID_PARAMS for every task when the
-            lists differ in length.
+            lists differ in length or name more than :data:`MAX_DISK_ENTRIES` tasks.
         Complexity: O(tasks × replicas).
         """
-        if len(task_ids) != len(codes):
+        if len(task_ids) != len(codes) or len(task_ids) > MAX_DISK_ENTRIES:
             return [int(ErrorCode.INVALID_PARAMS)] * len(task_ids)
         with self._lock:
             now = self._clock()

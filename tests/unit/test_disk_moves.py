@@ -488,3 +488,11 @@ def test_a_master_without_offload_still_remounts_the_memory_segment() -> None:
     disk = SegmentInfo("d", "host:1", 0, 1 << 20, "127.0.0.1:1", disk=True)
     assert service.remount_segments("c", [memory, disk]) == OK
     assert service.segment_of("m") is not None and service.segment_of("d") is None
+
+
+def test_a_report_of_too_many_tasks_is_refused_whole() -> None:
+    service, _ = service_with_tier()
+    ids = list(range(1, 5000))
+    codes = service.disk.finish_disk_tasks(OWNER, ids, [0] * len(ids))
+    assert codes == [ErrorCode.INVALID_PARAMS] * len(ids)
+    assert service.disk.finish_disk_tasks(OWNER, [1], [0, 0]) == [ErrorCode.INVALID_PARAMS]
