@@ -228,6 +228,24 @@ class ReplicateConfig:
     # The writing session per key ("" for none): tags each key with that KV session.
     session_ids: list[str] | None = None
 
+    @classmethod
+    def from_checked(cls, **fields: Any) -> ReplicateConfig:
+        """A config built from values already of the right types, without the per-field
+        checks of the constructor (a tenth of its cost): for decoders whose source (a parsed
+        protobuf message) guarantees the types. Unnamed fields take their defaults; a name
+        that is not a field raises TypeError. O(fields)."""
+        unknown = fields.keys() - _FIELD_DEFAULTS.keys()
+        if unknown:
+            raise TypeError(f"ReplicateConfig has no field {sorted(unknown)[0]!r}")
+        config = object.__new__(cls)
+        values = config.__dict__
+        values.update(_FIELD_DEFAULTS)
+        # The list defaults are the caller's own, as the constructor's default_factory gives.
+        values["preferred_segments"] = []
+        values["preferred_nof_segments"] = []
+        values.update(fields)
+        return config
+
     @property
     def with_soft_pin(self) -> bool:
         """Older upstream builds' flag: whether the write enables the TTL soft pin."""
@@ -257,6 +275,20 @@ class ReplicateConfig:
             if writer and writer not in sessions:
                 sessions.append(writer)
         return merged
+
+
+_FIELD_DEFAULTS: dict[str, Any] = {
+    field.name: field.default
+    for field in dataclasses.fields(ReplicateConfig)
+    if field.default is not dataclasses.MISSING
+}
+_FIELD_DEFAULTS.update(
+    {
+        field.name: None
+        for field in dataclasses.fields(ReplicateConfig)
+        if field.default is dataclasses.MISSING
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)

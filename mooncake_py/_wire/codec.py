@@ -113,7 +113,8 @@ def decode_config(message: pb.ReplicateConfig) -> ReplicateConfig:
         action: SoftPinAction | int = SoftPinAction(message.soft_pin_action)
     except ValueError:
         action = message.soft_pin_action
-    return ReplicateConfig(
+    # Protobuf guarantees the field types: the constructor's checks would only cost time.
+    return ReplicateConfig.from_checked(
         replica_num=message.replica_num,
         with_hard_pin=message.with_hard_pin,
         preferred_segments=list(message.preferred_segments),

@@ -136,3 +136,19 @@ def test_session_tags_merge_session_ids_into_kv_sessions() -> None:
         ReplicateConfig(session_ids=["a"]).session_tags(2)
     with pytest.raises(ValueError, match="kv_sessions"):
         ReplicateConfig(kv_sessions=[["a"]]).session_tags(2)
+
+
+def test_from_checked_equals_the_constructor_and_shares_no_lists() -> None:
+    given = {"replica_num": 2, "preferred_segments": ["a"], "group_ids": ["g"], "host_id": "h"}
+    checked = ReplicateConfig.from_checked(**given)
+    assert checked == ReplicateConfig(**given)
+    assert ReplicateConfig.from_checked() == ReplicateConfig()
+    first, second = ReplicateConfig.from_checked(), ReplicateConfig.from_checked()
+    first.preferred_segments.append("x")
+    first.preferred_nof_segments.append("y")
+    assert second.preferred_segments == [] and second.preferred_nof_segments == []
+    # Later assignments are checked as on any config.
+    with pytest.raises(TypeError):
+        checked.replica_num = -1
+    with pytest.raises(TypeError, match="no field 'replicas'"):
+        ReplicateConfig.from_checked(replicas=2)
