@@ -61,6 +61,13 @@ bench-quick: $(STAMP)
 bench-disk: $(STAMP)
 	$(PY) -m tests.bench.disk_tier_bench $(BENCH_ARGS)
 
+# 8 client processes of mixed batch calls against one master, side by side with upstream Mooncake
+# when .bench-venv-mooncake is usable: ops/s, keys/s, p50/p99 per call, the master's CPU, py-spy:
+# make bench-many BENCH_ARGS="--quick --json bench-results/many-clients.json"
+.PHONY: bench-many
+bench-many: $(STAMP)
+	$(PY) -m tests.bench.many_clients_bench $(BENCH_ARGS)
+
 # What surviving the master costs (memory vs --enable_snapshot vs --enable_ha) and failover
 # times; needs Debian's etcd-server.
 bench-ha: $(STAMP)
