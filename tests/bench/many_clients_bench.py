@@ -27,7 +27,8 @@ loopback, :mod:`tests.bench.upstream`) run the same worker code, each against it
 (the order alternates). Reported per side, medians over the M rounds: aggregate ops/s and
 keys/s, per call type calls/s and per-call p50 / p99 latency, failures, the master's CPU use
 during the timed phase (user and system, fractions of one core, from ``/proc/<pid>/stat``),
-the clients' CPU use summed and the whole machine's busy fraction; and the ratio
+the clients' CPU use summed, both as CPU microseconds per call (what a call costs, whoever
+got the cores), and the whole machine's busy fraction; and the ratio
 mooncake-py / upstream. Then one extra round of mooncake-py alone with py-spy recording its
 master (not part of the medians: sampling pauses the master): the top frames by self and by
 inclusive samples.
@@ -57,7 +58,7 @@ from tests.bench.common import MIB
 from tests.bench.many_clients_run import PY, PYSPY, UPSTREAM, Settings, Side, run_round, start_side
 from tests.bench.report import machine
 
-QUICK = {"duration": 5.0, "rounds": 2, "profile_duration": 5.0}
+QUICK = {"duration": 4.0, "rounds": 2, "profile_duration": 4.0}
 DEFAULTS = {"duration": 20.0, "rounds": 5, "profile_duration": 15.0}
 UPSTREAM_MIN_SEGMENT_MIB = 16
 """Upstream's client refuses a smaller segment ("Total size must be at least 16777216")."""
@@ -97,7 +98,9 @@ def table_rows() -> list[tuple[str, str, Any]]:
         ("master_cpu.user", "master CPU, user (of one core)", _percent),
         ("master_cpu.system", "master CPU, system", _percent),
         ("master_cpu.total", "master CPU, total", _percent),
+        ("cpu_us_per_call.master", "master CPU per call, us", _number),
         ("clients_cpu.total", "clients' CPU, summed (of one core)", _percent),
+        ("cpu_us_per_call.clients", "clients' CPU per call, us (summed)", _number),
         ("machine_busy", "machine busy (all cores)", _percent),
     ]
     return rows
@@ -131,7 +134,8 @@ def profile_tables(profile: dict[str, Any], wall_s: float, rate_hz: float = 100.
     expected = wall_s * rate_hz
     lines = [
         f"py-spy (GIL-holding samples only, -g): {samples:,} samples over {wall_s:.0f} s"
-        f" ({samples / expected:.0%} of {expected:,.0f}, the samples of a GIL held all along)",
+        f" ({samples / expected:.0%} of {expected:,.0f}, the samples of a GIL held all along;"
+        " a master that waits for a core while holding the GIL is still sampled)",
     ]
     if profile.get("in_every_sample"):
         lines.append(

@@ -196,9 +196,11 @@ def run_round(
     Returns:
         ``figures`` (:func:`~tests.bench.many_clients_stats.round_figures`), ``master_cpu`` and
         ``clients_cpu`` (:func:`~tests.bench.many_clients_stats.cpu_share`; the clients'
-        summed), ``machine_busy`` (the machine's busy fraction, all cores), ``preload`` (keys
-        written, failed batches), ``cleanup`` (keys removed, failed), ``errors`` (samples),
-        ``profile`` (with ``profile_to``: the py-spy summary, or ``profile_error``).
+        summed), ``cpu_us_per_call`` (``master``, ``clients``: CPU microseconds per call of the
+        loop, :func:`~tests.bench.many_clients_stats.cpu_us_per_call`), ``machine_busy`` (the
+        machine's busy fraction, all cores), ``preload`` (keys written, failed batches),
+        ``cleanup`` (keys removed, failed), ``errors`` (samples), ``profile`` (with
+        ``profile_to``: the py-spy summary, or ``profile_error``).
 
     Raises:
         tests.bench.common.ChildError: a client failed or did not answer.
@@ -237,10 +239,17 @@ def run_round(
     clients_after = (sum(t[0] for t in after[1:]), sum(t[1] for t in after[1:]))
     busy = machine_after[0] - machine_before[0]
     total = machine_after[1] - machine_before[1]
+    figures = stats.round_figures(answers)
+    master_cpu = stats.cpu_share(before[0], after[0], wall_s, ticks)
+    clients_cpu = stats.cpu_share(clients_before, clients_after, wall_s, ticks)
     result: dict[str, Any] = {
-        "figures": stats.round_figures(answers),
-        "master_cpu": stats.cpu_share(before[0], after[0], wall_s, ticks),
-        "clients_cpu": stats.cpu_share(clients_before, clients_after, wall_s, ticks),
+        "figures": figures,
+        "master_cpu": master_cpu,
+        "clients_cpu": clients_cpu,
+        "cpu_us_per_call": {
+            "master": stats.cpu_us_per_call(master_cpu["total"], figures["ops_per_s"]),
+            "clients": stats.cpu_us_per_call(clients_cpu["total"], figures["ops_per_s"]),
+        },
         "machine_busy": busy / total if total > 0 else None,
         "preload": {
             "written": sum(p["written"] for p in preloads),

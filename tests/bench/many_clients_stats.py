@@ -156,6 +156,18 @@ def cpu_share(
     return {"user": user, "system": system, "total": user + system}
 
 
+def cpu_us_per_call(cpu_cores: float | None, calls_per_s: float | None) -> float | None:
+    """CPU microseconds spent per call: ``cpu_cores`` (a :func:`cpu_share` total, in cores)
+    over ``calls_per_s``; None when either is missing or no call was made.
+
+    A figure that does not depend on how fast the clients drove the store: on a machine whose
+    cores are all busy, throughput tells who got the cores, this tells what each call cost.
+    """
+    if cpu_cores is None or not calls_per_s:
+        return None
+    return cpu_cores / calls_per_s * 1e6
+
+
 _LINE_NUMBER = re.compile(r":\d+\)$")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.bench import many_clients_stats as stats
@@ -46,7 +48,7 @@ def test_round_figures_of_a_type_without_calls_have_no_percentiles() -> None:
 
 
 def test_medians_take_each_figure_over_the_rounds_that_have_it() -> None:
-    rounds = [
+    rounds: list[dict[str, Any]] = [
         {"figures": {"ops_per_s": 10.0, "types": {"exist": {"p50_us": None}}}, "busy": 0.5},
         {"figures": {"ops_per_s": 30.0, "types": {"exist": {"p50_us": 7.0}}}, "busy": 0.7},
         {"figures": {"ops_per_s": 20.0, "types": {"exist": {"p50_us": 9.0}}}, "busy": None},
@@ -79,6 +81,12 @@ def test_cpu_share_is_a_fraction_of_one_core() -> None:
     share = stats.cpu_share((100, 10), (250, 60), wall_s=2.0, ticks_per_s=100.0)
     assert share == pytest.approx({"user": 0.75, "system": 0.25, "total": 1.0})
     assert stats.cpu_share((0, 0), (1, 1), wall_s=0.0, ticks_per_s=100.0)["total"] is None
+
+
+def test_cpu_per_call_is_cores_over_calls_per_second() -> None:
+    assert stats.cpu_us_per_call(0.5, 250.0) == pytest.approx(2000.0)
+    assert stats.cpu_us_per_call(None, 250.0) is None
+    assert stats.cpu_us_per_call(0.5, 0.0) is None
 
 
 RAW = """\
