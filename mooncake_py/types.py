@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import itertools
 import operator
 import uuid
@@ -88,6 +89,10 @@ _BOOL_FIELDS = frozenset({"with_hard_pin", "prefer_alloc_in_same_node"})
 _STR_FIELDS = frozenset({"preferred_segment", "host_id"})
 _STR_LIST_FIELDS = frozenset({"preferred_segments", "preferred_nof_segments"})
 _OPTIONAL_STR_LIST_FIELDS = frozenset({"group_ids", "session_ids"})
+_NONE_FIELDS = frozenset({"soft_pin_ttl_ms", "group_ids", "session_ids", "kv_sessions"})
+# Taken as given (the enums' plain ints pass through; the master judges them).
+_UNCHECKED_FIELDS = frozenset({"data_type", "soft_pin_action"})
+_UINT64_END = 1 << 64
 
 
 def _unsigned(name: str, value: Any) -> int:
@@ -195,6 +200,18 @@ class ReplicateConfig:
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
+        # The common values need no conversion: plain ints in range, bools, ASCII strs,
+        # None where allowed (every construction assigns all fields: this keeps it cheap).
+        kind = type(value)
+        if (
+            (kind is int and name in _UNSIGNED_FIELDS and 0 <= value < _UINT64_END)
+            or (kind is bool and name in _BOOL_FIELDS)
+            or (kind is str and name in _STR_FIELDS and value.isascii())
+            or (value is None and name in _NONE_FIELDS)
+            or name in _UNCHECKED_FIELDS
+        ):
+            object.__setattr__(self, name, value)
+            return
         if name in _UNSIGNED_FIELDS:
             if not (value is None and name == "soft_pin_ttl_ms"):
                 value = _unsigned(name, value)
@@ -237,13 +254,8 @@ class ReplicateConfig:
         unknown = fields.keys() - _FIELD_DEFAULTS.keys()
         if unknown:
             raise TypeError(f"ReplicateConfig has no field {sorted(unknown)[0]!r}")
-        config = object.__new__(cls)
-        values = config.__dict__
-        values.update(_FIELD_DEFAULTS)
-        # The list defaults are the caller's own, as the constructor's default_factory gives.
-        values["preferred_segments"] = []
-        values["preferred_nof_segments"] = []
-        values.update(fields)
+        config = cls()
+        config.__dict__.update(fields)
         return config
 
     @property
@@ -277,18 +289,34 @@ class ReplicateConfig:
         return merged
 
 
+# Every field's default; the list fields (default_factory) get fresh lists where used.
 _FIELD_DEFAULTS: dict[str, Any] = {
-    field.name: field.default
+    field.name: None if field.default is dataclasses.MISSING else field.default
     for field in dataclasses.fields(ReplicateConfig)
-    if field.default is not dataclasses.MISSING
 }
-_FIELD_DEFAULTS.update(
-    {
-        field.name: None
-        for field in dataclasses.fields(ReplicateConfig)
-        if field.default is dataclasses.MISSING
-    }
-)
+_checked_init = ReplicateConfig.__init__
+
+
+@functools.wraps(_checked_init)
+def _init_config(self: ReplicateConfig, *args: Any, **kwargs: Any) -> None:
+    # The defaults are filled in one step and only the fields given are assigned (checked):
+    # fifteen checked assignments of values known to be valid would cost ten times as much
+    # as a config is worth (engines build one per call). Positional arguments take the
+    # dataclass's own path.
+    if args:
+        _checked_init(self, *args, **kwargs)
+        return
+    values = self.__dict__
+    values.update(_FIELD_DEFAULTS)
+    values["preferred_segments"] = []
+    values["preferred_nof_segments"] = []
+    for name, value in kwargs.items():
+        if name not in _FIELD_DEFAULTS:
+            raise TypeError(f"ReplicateConfig() got an unexpected keyword argument {name!r}")
+        setattr(self, name, value)
+
+
+setattr(ReplicateConfig, "__init__", _init_config)  # noqa: B010 - mypy keeps the dataclass's
 
 
 @dataclasses.dataclass(frozen=True)

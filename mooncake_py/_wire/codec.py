@@ -63,8 +63,48 @@ _REPLICA_STATUSES = {int(status): status for status in ReplicaStatus}
 # -- shared types ----------------------------------------------------------------------------
 
 
+ENCODED_CONFIGS_KEPT = 256
+"""Distinct configs whose encoding :func:`encode_config_kept` keeps (a writer uses a few)."""
+
+_encoded_configs: dict[tuple[Any, ...], pb.ReplicateConfig] = {}
+
+
+def encode_config_kept(config: ReplicateConfig) -> pb.ReplicateConfig:
+    """:func:`encode_config`, for a caller that only places the message in a request (which
+    copies it) and never changes it: the message of a config without group ids and with few
+    preferred segments is kept (up to :data:`ENCODED_CONFIGS_KEPT` distinct ones, by value) and
+    returned again, since building it costs several times the lookup, on every write call.
+
+    Raises:
+        InvalidParamsError: as :func:`encode_config`.
+
+    Thread-safety: any thread (the kept messages are only read; a lost insert costs a rebuild).
+    """
+    if config.group_ids or len(config.preferred_segments) > 4:
+        return encode_config(config)
+    key = (
+        config.replica_num,
+        config.with_hard_pin,
+        *config.preferred_segments,
+        config.preferred_segment,
+        config.prefer_alloc_in_same_node,
+        config.data_type,
+        config.host_id,
+        config.soft_pin_action,
+        config.soft_pin_ttl_ms,
+        len(config.preferred_segments),
+    )
+    message = _encoded_configs.get(key)
+    if message is None:
+        message = encode_config(config)
+        if len(_encoded_configs) >= ENCODED_CONFIGS_KEPT:
+            _encoded_configs.clear()
+        _encoded_configs[key] = message
+    return message
+
+
 def encode_config(config: ReplicateConfig) -> pb.ReplicateConfig:
-    """A typed :class:`ReplicateConfig` to protobuf.
+    """A typed :class:`ReplicateConfig` to protobuf (a new message).
 
     ``kv_sessions`` is not part of the message: tagged writes carry it in their own request
     fields (see :mod:`mooncake_py._wire.rpcs`). ``group_ids=None`` and ``[]`` both encode as no

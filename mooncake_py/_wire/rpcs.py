@@ -187,7 +187,8 @@ TASK_START = Result(pb.StartTaskResponse, codec.encode_start_task, codec.decode_
 DISK_TASKS = Result(pb.FetchDiskTasksResponse, codec.encode_disk_tasks, codec.decode_disk_tasks)
 DISK_ENTRIES = Field("entries", codec.decode_disk_entries, codec.encode_disk_entries)
 
-CONFIG = Field("config", codec.decode_config, codec.encode_config)
+# Requests copy the config message they are given: the kept encodings are safe to place.
+CONFIG = Field("config", codec.decode_config, codec.encode_config_kept)
 PUT = Fields("client_id", "tenant_id", "key", "value_length", CONFIG, "attempt_id", defaults=(0,))
 BATCH_PUT = Fields(
     "client_id", "tenant_id", "keys", "value_lengths", CONFIG, "attempt_id", defaults=(0,)

@@ -453,3 +453,33 @@ def test_trailing_fields_added_later_have_defaults() -> None:
         stats.encode("t", True, "extra")
     with pytest.raises(TypeError, match="more defaults"):
         Fields("a", defaults=("x", "y"))
+
+
+def test_kept_config_encodings_are_by_value_and_bounded() -> None:
+    configs = [
+        ReplicateConfig(),
+        ReplicateConfig(replica_num=2),
+        ReplicateConfig(preferred_segments=["a"]),
+        ReplicateConfig(preferred_segment="a"),
+        ReplicateConfig(preferred_segments=["a", ""]),
+        ReplicateConfig(soft_pin_action=SoftPinAction.ENABLE, soft_pin_ttl_ms=5),
+        ReplicateConfig(soft_pin_action=SoftPinAction.ENABLE),
+        ReplicateConfig(host_id="h", with_hard_pin=True),
+        ReplicateConfig(group_ids=["g"]),
+        FULL_CONFIG,
+    ]
+    for _ in range(2):  # the second pass answers from what the first kept
+        for config in configs:
+            kept = codec.encode_config_kept(config)
+            assert kept == codec.encode_config(config)
+            untagged = dataclasses.replace(config, kv_sessions=None)
+            assert codec.decode_config(wire(kept)) == codec.decode_config(
+                wire(codec.encode_config(untagged))
+            )
+    # A request holds a copy: changing it leaves the kept message alone.
+    request = RPCS["PutStart"].request_type(config=codec.encode_config_kept(ReplicateConfig()))
+    request.config.replica_num = 9
+    assert codec.encode_config_kept(ReplicateConfig()).replica_num == 1
+    for n in range(codec.ENCODED_CONFIGS_KEPT * 2):
+        codec.encode_config_kept(ReplicateConfig(host_id=f"h{n}"))
+    assert len(codec._encoded_configs) <= codec.ENCODED_CONFIGS_KEPT  # noqa: SLF001
