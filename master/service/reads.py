@@ -54,8 +54,13 @@ class ReadService:
     # -- lookups that lease ----------------------------------------------------------------
 
     def get_replica_list(self, tenant: str, key: str, client_id: str = "") -> ReplicaListResult:
-        """Readable replicas of one key; see :meth:`batch_get_replica_list`."""
-        return self.batch_get_replica_list(tenant, [key], client_id)[0]
+        """Readable replicas of one key; see :meth:`batch_get_replica_list` (the same answers,
+        without the slicing machinery: one key is one short step)."""
+        scope = self._resolve_tenant(tenant)
+        if scope is None or self._max_batch < 1:
+            return ReplicaListResult(ErrorCode.INVALID_PARAMS)
+        with self._lock:
+            return self._look_up(scope, key, client_id, self._clock())
 
     def batch_get_replica_list(
         self, tenant: str, keys: Sequence[str], client_id: str = ""
@@ -79,36 +84,39 @@ class ReadService:
         if resolved is None or len(keys) > self._max_batch:
             return [ReplicaListResult(ErrorCode.INVALID_PARAMS)] * len(keys)
         scope: str = resolved  # narrowed for the closure
-        state = self._state
-        ttl_ms = state.config.default_kv_lease_ttl
-        lease_s = state.lease_ttl_s
-        counters = state.counters
-        disks = state.segments
+        look_up = self._look_up
 
         def step(_: int, key: str, now: float) -> ReplicaListResult:
-            meta = state.objects.get((scope, key))
-            if meta is None:
-                if not valid_key(key):
-                    return ReplicaListResult(ErrorCode.INVALID_PARAMS)
-                counters.get_misses += 1
-                return ReplicaListResult(ErrorCode.OBJECT_NOT_FOUND)
-            readable = state.readable_replicas(meta)
-            if not readable:
-                if meta.readable:  # every replica on a segment being withdrawn
-                    counters.get_misses += 1
-                    return ReplicaListResult(ErrorCode.OBJECT_NOT_FOUND)
-                return ReplicaListResult(ErrorCode.REPLICA_IS_NOT_READY)
-            counters.get_hits += 1
-            state.touch(meta, now)
-            read_id = state.reads.grant(client_id, meta, readable, now + lease_s)
-            described = tuple(state.describe(meta, r) for r in readable)
-            if disks.has_disks and described[0].disk:
-                counters.disk_hits += 1  # memory replicas come first: this one is on disk only
-                if self.disk is not None:
-                    self.disk.after_read(meta, now)
-            return ReplicaListResult(ErrorCode.OK, described, ttl_ms, meta.size, read_id)
+            return look_up(scope, key, client_id, now)
 
         return (yield from map_in_slices(self._lock, keys, self._clock, step))
+
+    def _look_up(self, scope: str, key: str, client_id: str, now: float) -> ReplicaListResult:
+        """One key of :meth:`batch_get_replica_list`, the lock held. O(replicas)."""
+        state = self._state
+        counters = state.counters
+        meta = state.objects.get((scope, key))
+        if meta is None:
+            if not valid_key(key):
+                return ReplicaListResult(ErrorCode.INVALID_PARAMS)
+            counters.get_misses += 1
+            return ReplicaListResult(ErrorCode.OBJECT_NOT_FOUND)
+        readable = state.readable_replicas(meta)
+        if not readable:
+            if meta.readable:  # every replica on a segment being withdrawn
+                counters.get_misses += 1
+                return ReplicaListResult(ErrorCode.OBJECT_NOT_FOUND)
+            return ReplicaListResult(ErrorCode.REPLICA_IS_NOT_READY)
+        counters.get_hits += 1
+        state.touch(meta, now)
+        read_id = state.reads.grant(client_id, meta, readable, now + state.lease_ttl_s)
+        described = tuple(state.describe(meta, r) for r in readable)
+        if state.segments.has_disks and described[0].disk:
+            counters.disk_hits += 1  # memory replicas come first: this one is on disk only
+            if self.disk is not None:
+                self.disk.after_read(meta, now)
+        ttl_ms = state.config.default_kv_lease_ttl
+        return ReplicaListResult(ErrorCode.OK, described, ttl_ms, meta.size, read_id)
 
     def end_reads(self, client_id: str, read_ids: Sequence[int]) -> list[ErrorCode]:
         """The reader's copies are done: end the read leases ``read_ids``.
