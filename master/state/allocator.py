@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from sortedcontainers import SortedDict, SortedList
 
@@ -14,6 +15,11 @@ class OffsetAllocator:
     best-fit queries, and a ``SortedDict`` of ``offset -> length`` finds neighbours
     so freed ranges coalesce immediately. Every free range starts and ends on an
     alignment boundary.
+
+    An allocation may be *tagged* with the record that holds it (:meth:`tag`): the record
+    takes the place of the size in the allocation map (the size is read from the record's
+    ``size``), so the map doubles as the index of the records living in the segment
+    (:meth:`owners`) at no extra memory per allocation.
 
     Only the aligned-down prefix ``[0, usable_capacity)`` is managed. When
     ``capacity`` is not a multiple of ``alignment`` the trailing
@@ -40,7 +46,8 @@ class OffsetAllocator:
         self._usable = capacity & ~(alignment - 1)
         self._free_by_size: SortedList = SortedList()
         self._free_by_offset: SortedDict = SortedDict()
-        self._allocations: dict[int, int] = {}
+        # offset -> rounded size, or the record that holds the allocation (see tag()).
+        self._allocations: dict[int, Any] = {}
         self._used = 0
         if self._usable:
             self._insert_free(0, self._usable)
@@ -126,9 +133,10 @@ class OffsetAllocator:
         Raises:
             KeyError: If no live allocation starts at ``offset``.
         """
-        size = self._allocations.pop(offset, None)
-        if size is None:
+        held = self._allocations.pop(offset, None)
+        if held is None:
             raise KeyError(f"no allocation at offset {offset}")
+        size = held if held.__class__ is int else self._round_up(held.size)
         self._used -= size
         start, end = offset, offset + size
         idx = self._free_by_offset.bisect_left(offset)
@@ -181,7 +189,49 @@ class OffsetAllocator:
 
     def allocations(self) -> list[tuple[int, int]]:
         """Every live allocation as (offset, rounded size). O(allocations)."""
-        return list(self._allocations.items())
+        round_up = self._round_up
+        return [
+            (offset, held if held.__class__ is int else round_up(held.size))
+            for offset, held in self._allocations.items()
+        ]
+
+    def tag(self, offset: int, owner: Any) -> bool:
+        """Record ``owner`` as the holder of the allocation at ``offset``, in place of its
+        size. While tagged, ``owner.size`` must round to the allocation's size (it is where
+        the size is read from); :meth:`untag` before it changes.
+
+        Returns:
+            True when tagged; False (nothing changed) when no allocation starts at
+            ``offset`` or ``owner.size`` does not round to its size.
+
+        Complexity: O(1).
+        """
+        allocations = self._allocations
+        held = allocations.get(offset)
+        if held is None:
+            return False
+        size = held if held.__class__ is int else self._round_up(held.size)
+        if self._round_up(owner.size) != size:
+            return False
+        allocations[offset] = owner
+        return True
+
+    def untag(self, offset: int, owner: Any) -> None:
+        """The allocation at ``offset`` is no longer held by ``owner`` (a no-op when it is
+        not tagged with ``owner``): it keeps its size as a plain allocation. O(1)."""
+        allocations = self._allocations
+        held = allocations.get(offset)
+        if held is not None and held is owner:
+            allocations[offset] = self._round_up(owner.size)
+
+    def owners(self) -> list[Any]:
+        """The records tagged on live allocations, in allocation order. O(allocations)."""
+        return [held for held in self._allocations.values() if held.__class__ is not int]
+
+    def owner_of(self, offset: int) -> Any | None:
+        """The record tagged on the allocation at ``offset``, or None. O(1)."""
+        held = self._allocations.get(offset)
+        return None if held is None or held.__class__ is int else held
 
     def size_of(self, offset: int) -> int:
         """Returns the rounded size of the allocation at ``offset``. O(1).
@@ -195,10 +245,10 @@ class OffsetAllocator:
         Raises:
             KeyError: If no live allocation starts at ``offset``.
         """
-        try:
-            return self._allocations[offset]
-        except KeyError:
-            raise KeyError(f"no allocation at offset {offset}") from None
+        held = self._allocations.get(offset)
+        if held is None:
+            raise KeyError(f"no allocation at offset {offset}")
+        return held if held.__class__ is int else self._round_up(held.size)
 
     def check(self) -> None:
         """Verifies internal invariants. O(n) in ranges; intended for tests.
@@ -211,7 +261,8 @@ class OffsetAllocator:
         align = self._alignment
         if self._usable % align or not 0 <= self._capacity - self._usable < align:
             raise AssertionError(f"usable {self._usable} is not capacity aligned down")
-        recount = sum(self._allocations.values())
+        sizes = dict(self.allocations())
+        recount = sum(sizes.values())
         if recount != self._used:
             raise AssertionError(f"used_bytes {self._used} != recount {recount}")
         if len(self._free_by_size) != len(self._free_by_offset):
@@ -222,7 +273,7 @@ class OffsetAllocator:
             if entry == prev_entry or self._free_by_offset.get(entry[1]) != entry[0]:
                 raise AssertionError(f"free-by-size entry {entry} not in free-by-offset")
             prev_entry = entry
-        for off, length in self._allocations.items():
+        for off, length in sizes.items():
             if length <= 0 or off % align or length % align:
                 raise AssertionError(f"bad allocation at {off} (length {length})")
         # Walk [0, usable) in address order: free ranges come from the sorted index and
@@ -233,7 +284,7 @@ class OffsetAllocator:
         stops: list[tuple[int, int | None]] = [*self._free_by_offset.items(), (self._usable, None)]
         for free_off, free_len in stops:
             while cursor < free_off:
-                size = self._allocations.get(cursor)
+                size = sizes.get(cursor)
                 if size is None:
                     raise AssertionError(f"offset {cursor} is neither free nor allocated")
                 cursor += size

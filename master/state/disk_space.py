@@ -19,6 +19,7 @@ Thread-safety: none; the master service serializes every call under its lock.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 
 class DiskSpace:
@@ -35,7 +36,8 @@ class DiskSpace:
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")
         self._capacity = capacity
-        self._allocations: dict[int, int] = {}
+        # offset -> size, or the record that holds the allocation (see tag()).
+        self._allocations: dict[int, Any] = {}
         # Allocations whose file is to be deleted: still held (so the range is known, and no
         # file is registered there again) but no longer counted against the quota.
         self._doomed: set[int] = set()
@@ -140,7 +142,7 @@ class DiskSpace:
         Raises:
             KeyError: no live allocation starts at ``offset``.
         """
-        size = self._allocations[offset]
+        size = self.size_of(offset)
         if offset not in self._doomed:
             self._doomed.add(offset)
             self._used -= size
@@ -160,7 +162,8 @@ class DiskSpace:
         Raises:
             KeyError: no live allocation starts at ``offset``.
         """
-        size = self._allocations.pop(offset)
+        held = self._allocations.pop(offset)
+        size = held if held.__class__ is int else held.size
         if offset in self._doomed:
             self._doomed.discard(offset)
         else:
@@ -197,7 +200,39 @@ class DiskSpace:
 
     def allocations(self) -> list[tuple[int, int]]:
         """Every live allocation as (offset, size). O(allocations)."""
-        return list(self._allocations.items())
+        return [
+            (offset, held if held.__class__ is int else held.size)
+            for offset, held in self._allocations.items()
+        ]
+
+    def tag(self, offset: int, owner: Any) -> bool:
+        """Record ``owner`` as the holder of the allocation at ``offset``, in place of its
+        size, as :meth:`.allocator.OffsetAllocator.tag` does (``owner.size`` must equal the
+        allocation's size while tagged). Returns False, nothing changed, when no allocation
+        starts there or the sizes differ. O(1)."""
+        allocations = self._allocations
+        held = allocations.get(offset)
+        if held is None or owner.size != (held if held.__class__ is int else held.size):
+            return False
+        allocations[offset] = owner
+        return True
+
+    def untag(self, offset: int, owner: Any) -> None:
+        """The allocation at ``offset`` is no longer held by ``owner`` (a no-op when it is
+        not tagged with it). O(1)."""
+        allocations = self._allocations
+        held = allocations.get(offset)
+        if held is not None and held is owner:
+            allocations[offset] = owner.size
+
+    def owners(self) -> list[Any]:
+        """The records tagged on live allocations, in allocation order. O(allocations)."""
+        return [held for held in self._allocations.values() if held.__class__ is not int]
+
+    def owner_of(self, offset: int) -> Any | None:
+        """The record tagged on the allocation at ``offset``, or None. O(1)."""
+        held = self._allocations.get(offset)
+        return None if held is None or held.__class__ is int else held
 
     def size_of(self, offset: int) -> int:
         """The size of the allocation at ``offset``. O(1).
@@ -205,10 +240,10 @@ class DiskSpace:
         Raises:
             KeyError: no live allocation starts at ``offset``.
         """
-        try:
-            return self._allocations[offset]
-        except KeyError:
-            raise KeyError(f"no allocation at offset {offset}") from None
+        held = self._allocations.get(offset)
+        if held is None:
+            raise KeyError(f"no allocation at offset {offset}")
+        return held if held.__class__ is int else held.size
 
     def check(self) -> None:
         """Verify the invariants. O(n log n).
@@ -219,13 +254,14 @@ class DiskSpace:
         """
         if not self._doomed <= set(self._allocations):
             raise AssertionError("a doomed range is not allocated")
-        live = sum(s for o, s in self._allocations.items() if o not in self._doomed)
+        sizes = dict(self.allocations())
+        live = sum(s for o, s in sizes.items() if o not in self._doomed)
         if live != self._used:
             raise AssertionError("used_bytes disagrees with the allocations")
         if self._used > self._capacity:
             raise AssertionError(f"{self._used} bytes used past the quota {self._capacity}")
         cursor = 0
-        for offset, size in sorted(self._allocations.items()):
+        for offset, size in sorted(sizes.items()):
             if size <= 0 or offset < cursor:
                 raise AssertionError(f"range ({offset}, {size}) is empty or overlaps")
             cursor = offset + size

@@ -14,6 +14,13 @@ starts after a cursor (the stamp where the previous one stopped) and examines at
 the same protected candidates again and again; soft-pinned candidates keep their place and
 become ordinary the moment their pin ends, whatever ended it.
 
+**Memory.** The stamp lives on the candidate's own record (its ``lru_stamp`` slot, -1 while
+it is no candidate), and the order is one sorted list of those records keyed by the slot: a
+candidate costs a reference in that list and one in its key list (about 16 bytes) plus its
+stamp, instead of an entry in an id-to-stamp dict and another in a stamp-to-id map. The
+policy reaches a record from an object id through ``records`` (the object table's lookup);
+without one it keeps small records of its own, for callers that track plain ids.
+
 Complexity: events O(log n); a selection O(limit · log n).
 
 Thread-safety: none; the service calls it under its lock.
@@ -24,10 +31,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
+import operator
 from collections.abc import Callable, Collection, Hashable
-from typing import Protocol
+from typing import Any, Protocol
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedKeyList
 
 
 class Verdict(enum.Enum):
@@ -86,39 +94,86 @@ class EvictionPolicy(Protocol):
     def __contains__(self, object_id: Hashable) -> bool: ...
 
 
-class LeaseOrderedLRU:
-    """Least-recently-accessed first; see the module docstring."""
+NOT_A_CANDIDATE = -1
+"""The ``lru_stamp`` of a record that is no candidate (stamps count from 0)."""
 
-    def __init__(self) -> None:
-        self._by_stamp: SortedDict = SortedDict()
-        self._stamp_of: dict[Hashable, int] = {}
+
+class _Candidate:
+    """The record the policy keeps for an id when it was given no ``records`` lookup."""
+
+    __slots__ = ("object_id", "lru_stamp")
+
+    def __init__(self, object_id: Hashable) -> None:
+        self.object_id = object_id
+        self.lru_stamp = NOT_A_CANDIDATE
+
+
+_stamp_of = operator.attrgetter("lru_stamp")
+
+
+class LeaseOrderedLRU:
+    """Least-recently-accessed first; see the module docstring.
+
+    Args:
+        records: the record of an object id, or None when there is none. A record has an
+            ``object_id`` (the id it answers to) and a writable ``lru_stamp`` that only this
+            policy changes (-1, :data:`NOT_A_CANDIDATE`, when it is created); it must stay
+            resolvable until :meth:`on_removed` was called for it. Without ``records`` the
+            policy keeps one small record per candidate id itself.
+    """
+
+    def __init__(self, records: Callable[[Any], Any] | None = None) -> None:
+        # Candidate records in stamp order (the key is the record's own slot).
+        self._order: SortedKeyList = SortedKeyList(key=_stamp_of)
         self._clock = itertools.count()
+        self._own: dict[Hashable, _Candidate] | None = None if records is not None else {}
+        self._records: Callable[[Any], Any] = records if records is not None else self._own_record
+
+    def _own_record(self, object_id: Hashable) -> _Candidate | None:
+        assert self._own is not None
+        return self._own.get(object_id)
 
     def __len__(self) -> int:
-        return len(self._stamp_of)
+        return len(self._order)
 
     def __contains__(self, object_id: Hashable) -> bool:
-        return object_id in self._stamp_of
+        record = self._records(object_id)
+        return record is not None and record.lru_stamp >= 0
 
     def on_created(self, object_id: Hashable) -> None:
-        """O(log n)."""
-        old = self._stamp_of.get(object_id)
-        if old is not None:
-            del self._by_stamp[old]
-        stamp = next(self._clock)
-        self._stamp_of[object_id] = stamp
-        self._by_stamp[stamp] = object_id
+        """O(log n).
+
+        Raises:
+            KeyError: ``records`` knows no record for ``object_id``.
+        """
+        record = self._records(object_id)
+        if record is None:
+            if self._own is None:
+                raise KeyError(f"no record for eviction candidate {object_id!r}")
+            record = self._own[object_id] = _Candidate(object_id)
+        elif record.lru_stamp >= 0:
+            # Removed under its old stamp (the list finds it by its key), then re-stamped.
+            self._order.remove(record)
+        record.lru_stamp = next(self._clock)
+        self._order.add(record)
 
     def on_touched(self, object_id: Hashable) -> None:
         """O(log n); ignored for objects that are not candidates (e.g. hard pinned)."""
-        if object_id in self._stamp_of:
-            self.on_created(object_id)
+        record = self._records(object_id)
+        if record is not None and record.lru_stamp >= 0:
+            self._order.remove(record)
+            record.lru_stamp = next(self._clock)
+            self._order.add(record)
 
     def on_removed(self, object_id: Hashable) -> None:
-        """O(log n)."""
-        stamp = self._stamp_of.pop(object_id, None)
-        if stamp is not None:
-            del self._by_stamp[stamp]
+        """O(log n); ignored for objects that are not candidates."""
+        record = self._records(object_id)
+        if record is None or record.lru_stamp < 0:
+            return
+        self._order.remove(record)
+        record.lru_stamp = NOT_A_CANDIDATE
+        if self._own is not None:
+            del self._own[object_id]
 
     def select(
         self,
@@ -131,17 +186,17 @@ class LeaseOrderedLRU:
         """Walk candidates with a stamp greater than ``after`` in access order.
 
         A candidate is selected when ``judge`` says EVICT, or PINNED with ``include_pinned``.
-        Stops after ``want`` victims or ``limit`` judged candidates.
+        Stops after ``want`` victims or ``limit`` judged candidates. ``judge`` must not
+        change the policy.
         """
         victims: list[Hashable] = []
         cursor = after
         examined = 0
-        keys = self._by_stamp.irange(minimum=after, inclusive=(False, True))
-        for stamp in keys:
+        for record in self._order.irange_key(min_key=after, inclusive=(False, True)):
             if examined >= limit or len(victims) >= want:
                 return Selection(victims, cursor, False, examined)
-            object_id = self._by_stamp[stamp]
-            cursor = stamp
+            object_id = record.object_id
+            cursor = record.lru_stamp
             examined += 1
             verdict = judge(object_id)
             if verdict is Verdict.EVICT or (verdict is Verdict.PINNED and include_pinned):
@@ -149,18 +204,27 @@ class LeaseOrderedLRU:
         return Selection(victims, cursor, True, examined)
 
     def check(self, expected: Collection[Hashable]) -> None:
-        """Verify the policy tracks exactly ``expected`` and its two indexes agree.
+        """Verify the policy tracks exactly ``expected``, each candidate once, in strictly
+        increasing stamp order, each resolvable by its id to itself. O(n).
 
         Raises:
-            AssertionError: an object is missing or extra, or the indexes disagree.
+            AssertionError: an object is missing or extra, or the order is broken.
         """
-        if len(self._by_stamp) != len(self._stamp_of):
-            raise AssertionError("eviction policy indexes differ in size")
-        for object_id, stamp in self._stamp_of.items():
-            if self._by_stamp.get(stamp) != object_id:
-                raise AssertionError(f"eviction policy index broken at {object_id!r}")
-        if set(self._stamp_of) != set(expected):
-            tracked = set(self._stamp_of)
+        previous = NOT_A_CANDIDATE
+        tracked: set[Hashable] = set()
+        for record in self._order:
+            stamp = record.lru_stamp
+            if stamp <= previous:
+                raise AssertionError(f"eviction policy order broken at {record.object_id!r}")
+            previous = stamp
+            if self._records(record.object_id) is not record:
+                raise AssertionError(f"eviction candidate {record.object_id!r} is a stale record")
+            tracked.add(record.object_id)
+        if len(tracked) != len(self._order):
+            raise AssertionError("an eviction candidate is tracked twice")
+        if self._own is not None and set(self._own) != tracked:
+            raise AssertionError("eviction policy records disagree with its order")
+        if tracked != set(expected):
             missing, extra = set(expected) - tracked, tracked - set(expected)
             raise AssertionError(
                 f"eviction policy out of sync: missing {len(missing)}, extra {len(extra)}"

@@ -5,7 +5,11 @@ range in some mounted segment. The table keeps two secondary indexes that the ba
 and segment removal need without scanning every object:
 
 - ``processing``: objects with a write in flight, in put-start order (oldest first);
-- ``by_segment``: for each segment, the objects that have a replica in it.
+- ``by_segment``: for each segment, the objects that have a replica in it. It lives in the
+  segments' allocators: the allocation of each replica is *tagged* with its object's record
+  (:meth:`.allocator.OffsetAllocator.tag`), which takes the place of the allocation's size
+  in the allocator's map, so the index costs no memory of its own. The table reaches the
+  allocators through ``allocator_of``; a segment that is not mounted has no index.
 
 It also keeps each tenant's figures (objects, bytes held, bytes per segment) in
 :attr:`ObjectTable.tallies` (:mod:`.tenant_tally`), updated by the same four mutations.
@@ -16,7 +20,7 @@ Thread-safety: none. The master service serializes every call under its lock.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mooncake_py.types import ReplicaStatus, SoftPinAction
@@ -77,10 +81,12 @@ class ObjectMetadata:
 
     Memory: one record per object, so it is a plain slotted class (no per-instance dict, no
     dataclass machinery); ``object_id`` is built once here and is the very tuple every index
-    (object table, segment index, eviction policy) keys the object by, so the pair exists
-    once per object. ``replicas`` is a tuple (48 bytes for one replica, against 88 for a
-    grown list); every change replaces it through :class:`ObjectTable`. Absent optional
-    parts are None, not empty containers. The record itself is 152 bytes; ``tenant`` and
+    (object table, segment index) keys the object by, so the pair exists once per object.
+    A single replica is held in the record itself, not in a one-element tuple (48 bytes
+    saved per object); :attr:`replicas` answers a tuple either way, and every change goes
+    through :class:`ObjectTable`. ``lru_stamp`` is the eviction policy's stamp of the object
+    (:mod:`.lru`; -1 while it is no candidate), kept here rather than in a dict of the
+    policy's own. Absent optional parts are None, not empty containers. ``tenant`` and
     ``key`` are read from ``object_id``.
     """
 
@@ -89,7 +95,7 @@ class ObjectMetadata:
         "size",
         "client_id",
         "put_start_time",
-        "replicas",
+        "_replicas",
         "data_type",
         "fresh_until",
         "write_id",
@@ -100,6 +106,7 @@ class ObjectMetadata:
         "sessions",
         "readable",
         "session_weight",
+        "lru_stamp",
     )
 
     def __init__(
@@ -123,7 +130,10 @@ class ObjectMetadata:
         self.size = size
         self.client_id = client_id
         self.put_start_time = put_start_time
-        self.replicas = replicas
+        # One replica itself, or a tuple of any other number (see ``replicas``).
+        self._replicas: Replica | tuple[Replica, ...] = (
+            replicas[0] if len(replicas) == 1 else tuple(replicas)
+        )
         self.data_type = data_type
         self.fresh_until = fresh_until
         self.write_id = write_id
@@ -140,6 +150,28 @@ class ObjectMetadata:
         # Bytes this object contributes to each of its sessions' accounting (size x replicas
         # when last reweighed); meaningful only while ``sessions`` is set.
         self.session_weight = 0
+        # The eviction policy's (:class:`.lru.LeaseOrderedLRU`); -1: no candidate.
+        self.lru_stamp = -1
+
+    @property
+    def replicas(self) -> tuple[Replica, ...]:
+        """The object's replicas, as a tuple (a new one-element tuple for a single replica:
+        compare contents, not identity). O(1)."""
+        held = self._replicas
+        if held.__class__ is Replica:
+            return (held,)  # type: ignore[return-value]
+        return held  # type: ignore[return-value]
+
+    @replicas.setter
+    def replicas(self, replicas: Sequence[Replica]) -> None:
+        # Only ObjectTable assigns it (it keeps the indexes in step).
+        self._replicas = replicas[0] if len(replicas) == 1 else tuple(replicas)
+
+    @property
+    def replica_count(self) -> int:
+        """How many replicas the object has, without building a tuple. O(1)."""
+        held = self._replicas
+        return 1 if held.__class__ is Replica else len(held)  # type: ignore[arg-type]
 
     @property
     def tenant(self) -> str:
@@ -159,11 +191,17 @@ class ObjectMetadata:
 
     def complete_replicas(self) -> list[Replica]:
         """Replicas that hold the whole value and may be read."""
-        return [r for r in self.replicas if r.status == ReplicaStatus.COMPLETE]
+        held = self._replicas
+        if held.__class__ is Replica:
+            return [held] if held.status is _COMPLETE else []  # type: ignore[list-item,union-attr]
+        return [r for r in held if r.status is _COMPLETE]  # type: ignore[union-attr]
 
     def processing_replicas(self) -> list[Replica]:
         """Replicas whose write has started and not yet ended."""
-        return [r for r in self.replicas if r.status == ReplicaStatus.PROCESSING]
+        held = self._replicas
+        if held.__class__ is Replica:
+            return [held] if held.status is _PROCESSING else []  # type: ignore[list-item,union-attr]
+        return [r for r in held if r.status is _PROCESSING]  # type: ignore[union-attr]
 
     def is_readable(self) -> bool:
         """True when at least one replica is COMPLETE. O(1)."""
@@ -172,7 +210,10 @@ class ObjectMetadata:
     def is_writing(self) -> bool:
         """True when a write to some replica is in flight. O(replicas), no allocation (a
         plain loop: it runs several times per write)."""
-        for replica in self.replicas:  # noqa: SIM110 - any() would build a generator per call
+        held = self._replicas
+        if held.__class__ is Replica:
+            return held.status is _PROCESSING  # type: ignore[union-attr]
+        for replica in held:  # type: ignore[union-attr]  # noqa: SIM110 - no generator per call
             if replica.status is _PROCESSING:
                 return True
         return False
@@ -185,13 +226,23 @@ class ObjectTable:
     exact; :meth:`check` verifies them against a recount.
     """
 
-    def __init__(self, on_reweigh: Callable[[ObjectMetadata], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_reweigh: Callable[[ObjectMetadata], None] | None = None,
+        allocator_of: Callable[[str], Any] | None = None,
+    ) -> None:
+        """Args:
+        on_reweigh: told of every object whose replicas changed (session accounting).
+        allocator_of: the allocator of a mounted segment id (None when not mounted), where
+            the segment index lives. Without it the table keeps no segment index, and
+            :meth:`objects_on_segment` scans every object.
+        """
         self._on_reweigh = on_reweigh
+        self._allocator_of = allocator_of
         self._objects: dict[ObjectId, ObjectMetadata] = {}
         # Insertion order is put-start order: re-puts delete and reinsert, so the oldest
         # in-flight write is always first.
         self._processing: dict[ObjectId, float] = {}
-        self._by_segment: dict[str, dict[ObjectId, None]] = {}
         self._groups: dict[tuple[str, str], dict[ObjectId, None]] = {}
         # Read-only outside this class: every change below keeps it exact.
         self.tallies = TenantTallies()
@@ -228,8 +279,16 @@ class ObjectTable:
         self._objects[oid] = meta
         if meta.group_id:
             self._groups.setdefault((meta.tenant, meta.group_id), {})[oid] = None
-        for replica in meta.replicas:
-            self._by_segment.setdefault(replica.segment_id, {})[oid] = None
+        allocator_of = self._allocator_of
+        if allocator_of is not None:
+            held = meta._replicas  # noqa: SLF001 - the table owns the record's replicas
+            if held.__class__ is Replica:
+                allocator = allocator_of(held.segment_id)  # type: ignore[union-attr]
+                if allocator is not None:
+                    allocator.tag(held.offset, meta)  # type: ignore[union-attr]
+            else:
+                for replica in held:  # type: ignore[union-attr]
+                    self._index_segment(meta, replica)
         self.tallies.on_inserted(meta)
         self._refresh_processing(meta)
         if self.journal is not None:
@@ -242,8 +301,9 @@ class ObjectTable:
             return None
         self._processing.pop(object_id, None)
         self._attempts.pop(object_id, None)
-        for replica in meta.replicas:
-            self._unindex_segment(replica.segment_id, object_id)
+        if self._allocator_of is not None:
+            for replica in meta.replicas:
+                self._unindex_segment(meta, replica)
         self.tallies.on_erased(meta)
         if self.journal is not None:
             self.journal.object(object_id)
@@ -270,10 +330,9 @@ class ObjectTable:
             dropped = [r for r in before if r.id in doomed_ids]
         if dropped:
             self.tallies.on_replicas_dropped(meta, dropped)
-        kept_segments = {r.segment_id for r in meta.replicas}
-        for replica in doomed:
-            if replica.segment_id not in kept_segments:
-                self._unindex_segment(replica.segment_id, meta.object_id)
+        if self._allocator_of is not None:
+            for replica in dropped:
+                self._unindex_segment(meta, replica)
         self._refresh_processing(meta)
         if self._on_reweigh is not None:
             self._on_reweigh(meta)
@@ -283,8 +342,9 @@ class ObjectTable:
     def add_replicas(self, meta: ObjectMetadata, replicas: Sequence[Replica]) -> None:
         """Give ``meta`` more replicas (an upsert that reallocated)."""
         meta.replicas = (*meta.replicas, *replicas)
-        for replica in replicas:
-            self._by_segment.setdefault(replica.segment_id, {})[meta.object_id] = None
+        if self._allocator_of is not None:
+            for replica in replicas:
+                self._index_segment(meta, replica)
         self.tallies.on_replicas_added(meta, replicas)
         self._refresh_processing(meta)
         if self._on_reweigh is not None:
@@ -306,10 +366,16 @@ class ObjectTable:
         """Flip every PROCESSING replica of ``meta`` to COMPLETE: it is readable and no longer
         being written (the processing index and ``readable`` follow at once). O(replicas)."""
         flipped = False
-        for replica in meta.replicas:
-            if replica.status is _PROCESSING:
-                replica.status = _COMPLETE
+        held = meta._replicas  # noqa: SLF001
+        if held.__class__ is Replica:
+            if held.status is _PROCESSING:  # type: ignore[union-attr]
+                held.status = _COMPLETE  # type: ignore[union-attr]
                 flipped = True
+        else:
+            for replica in held:  # type: ignore[union-attr]
+                if replica.status is _PROCESSING:
+                    replica.status = _COMPLETE
+                    flipped = True
         # ``readable`` was exact before: a COMPLETE replica now is an old one or a flipped one.
         meta.readable = meta.readable or flipped
         self._processing.pop(meta.object_id, None)
@@ -336,7 +402,16 @@ class ObjectTable:
 
     def objects_on_segment(self, segment_id: str) -> list[ObjectId]:
         """Ids of objects with a replica in ``segment_id``. O(result)."""
-        return list(self._by_segment.get(segment_id, ()))
+        if self._allocator_of is None:
+            return [
+                m.object_id
+                for m in self._objects.values()
+                if any(r.segment_id == segment_id for r in m.replicas)
+            ]
+        allocator = self._allocator_of(segment_id)
+        if allocator is None:
+            return []
+        return [owner.object_id for owner in allocator.owners()]
 
     def oldest_processing(self) -> Iterator[tuple[ObjectId, float]]:
         """In-flight writes, oldest put start first. Safe to mutate the table while iterating."""
@@ -346,12 +421,18 @@ class ObjectTable:
         """Re-derive what depends on replica states: the processing index and ``readable``.
         One pass over the replicas, no allocation: it runs at every put start and end."""
         readable = writing = False
-        for replica in meta.replicas:
-            status = replica.status
-            if status is _COMPLETE:
-                readable = True
-            elif status is _PROCESSING:
-                writing = True
+        held = meta._replicas  # noqa: SLF001
+        if held.__class__ is Replica:
+            status = held.status  # type: ignore[union-attr]
+            readable = status is _COMPLETE
+            writing = status is _PROCESSING
+        else:
+            for replica in held:  # type: ignore[union-attr]
+                status = replica.status
+                if status is _COMPLETE:
+                    readable = True
+                elif status is _PROCESSING:
+                    writing = True
         meta.readable = readable
         if writing:
             if meta.object_id not in self._processing:
@@ -360,21 +441,30 @@ class ObjectTable:
             self._processing.pop(meta.object_id, None)
             self._attempts.pop(meta.object_id, None)
 
-    def _unindex_segment(self, segment_id: str, object_id: ObjectId) -> None:
-        holders = self._by_segment.get(segment_id)
-        if holders is None:
-            return
-        holders.pop(object_id, None)
-        if not holders:
-            del self._by_segment[segment_id]
+    def _index_segment(self, meta: ObjectMetadata, replica: Replica) -> None:
+        # A replica whose allocation is missing is left out: check() reports it.
+        allocator = self._allocator_of(replica.segment_id)  # type: ignore[misc]
+        if allocator is not None:
+            allocator.tag(replica.offset, meta)
 
-    def check(self) -> None:
-        """Verify the indexes against a recount. O(objects + replicas).
+    def _unindex_segment(self, meta: ObjectMetadata, replica: Replica) -> None:
+        # Before the record's size changes: the allocation reads its size from the record.
+        allocator = self._allocator_of(replica.segment_id)  # type: ignore[misc]
+        if allocator is not None:
+            allocator.untag(replica.offset, meta)
+
+    def check(self, allocators: Mapping[str, Any] | None = None) -> None:
+        """Verify the indexes against a recount. O(objects + replicas + allocations).
+
+        Args:
+            allocators: every mounted segment's allocator by segment id; their tags (the
+                segment index) must name exactly the replicas on them. None: only the
+                replicas' own segments are looked at (a stale tag elsewhere goes unseen).
 
         Raises:
             AssertionError: an index disagrees with the objects, or an object is malformed.
         """
-        expected_segments: dict[str, set[ObjectId]] = {}
+        expected_segments: dict[str, set[tuple[ObjectId, int]]] = {}
         expected_processing: set[ObjectId] = set()
         expected_groups: dict[tuple[str, str], set[ObjectId]] = {}
         for oid, meta in self._objects.items():
@@ -384,18 +474,20 @@ class ObjectTable:
                 raise AssertionError(f"object stored under {oid!r} says {meta.object_id!r}")
             if not meta.replicas:
                 raise AssertionError(f"object {oid!r} has no replica")
+            held = meta._replicas  # noqa: SLF001
+            if held.__class__ is not Replica and len(held) == 1:  # type: ignore[arg-type]
+                raise AssertionError(f"object {oid!r} holds its one replica in a tuple")
             segments = [r.segment_id for r in meta.replicas]
             if len(set(segments)) != len(segments):
                 raise AssertionError(f"object {oid!r} has two replicas in one segment")
             for replica in meta.replicas:
-                expected_segments.setdefault(replica.segment_id, set()).add(oid)
+                expected_segments.setdefault(replica.segment_id, set()).add((oid, replica.offset))
             if meta.is_writing():
                 expected_processing.add(oid)
             if meta.readable != any(r.status is ReplicaStatus.COMPLETE for r in meta.replicas):
                 raise AssertionError(f"object {oid!r} readable flag is stale")
-        actual_segments = {s: set(v) for s, v in self._by_segment.items()}
-        if actual_segments != expected_segments:
-            raise AssertionError("segment index disagrees with replicas")
+        if self._allocator_of is not None:
+            self._check_segment_index(expected_segments, allocators)
         if {g: set(m) for g, m in self._groups.items()} != expected_groups:
             raise AssertionError("group index disagrees with objects")
         if set(self._processing) != expected_processing:
@@ -403,3 +495,30 @@ class ObjectTable:
         if not set(self._attempts) <= expected_processing:
             raise AssertionError("an attempt id outlived its write")
         self.tallies.check(self._objects.values())
+
+    def _check_segment_index(
+        self,
+        expected: dict[str, set[tuple[ObjectId, int]]],
+        allocators: Mapping[str, Any] | None,
+    ) -> None:
+        assert self._allocator_of is not None
+        if allocators is None:
+            allocators = {}
+            for segment_id in expected:
+                allocator = self._allocator_of(segment_id)
+                if allocator is not None:
+                    allocators[segment_id] = allocator
+        for segment_id, allocator in allocators.items():
+            if self._allocator_of(segment_id) is not allocator:
+                raise AssertionError(f"segment {segment_id}: the table reaches another allocator")
+            tagged: set[tuple[ObjectId, int]] = set()
+            for offset, _ in allocator.allocations():
+                owner = allocator.owner_of(offset)
+                if owner is None:
+                    continue
+                object_id = owner.object_id
+                if self._objects.get(object_id) is not owner:
+                    raise AssertionError(f"segment {segment_id}: tag of a gone object at {offset}")
+                tagged.add((object_id, offset))
+            if tagged != expected.get(segment_id, set()):
+                raise AssertionError(f"segment index of {segment_id} disagrees with replicas")

@@ -138,6 +138,11 @@ class SegmentManager:
         """The mounted segment with this id, or None."""
         return self._segments.get(segment_id)
 
+    def allocator_of(self, segment_id: str) -> OffsetAllocator | DiskSpace | None:
+        """The allocator of the mounted segment ``segment_id``, or None. O(1)."""
+        mounted = self._segments.get(segment_id)
+        return None if mounted is None else mounted.allocator
+
     def segments_of(self, client_id: str) -> list[MountedSegment]:
         """Segments contributed by ``client_id``."""
         return [self._segments[s] for s in self._by_client.get(client_id, ())]

@@ -165,10 +165,12 @@ class StoreState:
             ),
             on_unpinned=self.note_unpinned,
         )
-        self.objects = ObjectTable(on_reweigh=self.sessions.reweigh)
         self.segments = SegmentManager(config.allocation_strategy, rng)
+        self.objects = ObjectTable(
+            on_reweigh=self.sessions.reweigh, allocator_of=self.segments.allocator_of
+        )
         self.clients = ClientRegistry(config.client_ttl)
-        self.policy = LeaseOrderedLRU()
+        self.policy = LeaseOrderedLRU(self.objects.get)
         self.reads = ReadLeases(free=self._free_replica)
         self.segments.on_allocated = self.reads.on_allocated
         # Preempted writes by write id, and their release deadlines (oldest first).
@@ -394,9 +396,11 @@ class StoreState:
         same id again first finishes the drain (:meth:`finish_drain`), so a new allocator
         never meets old replicas.
 
-        Complexity: O(objects on the segment) for a C-level copy of their ids.
+        Complexity: O(allocations in the segment), to list its objects.
         """
         self.finish_drain(segment_id)
+        # Listed before the segment goes: the segment index lives in its allocator.
+        pending = self.objects.objects_on_segment(segment_id)
         mounted = self.segments.unmount(segment_id)
         self.tasks.forget_segment(segment_id)
         self._forget_disk_tasks(segment_id)
@@ -409,7 +413,7 @@ class StoreState:
             preempted.replicas = [r for r in preempted.replicas if r.segment_id != segment_id]
         for write_id in [w for w, p in self.preempted.items() if not p.replicas]:
             del self.preempted[write_id]
-        drain = SegmentDrain(segment_id, self.objects.objects_on_segment(segment_id))
+        drain = SegmentDrain(segment_id, pending)
         self.draining[segment_id] = drain
         return drain
 
@@ -630,7 +634,7 @@ class StoreState:
         Raises:
             AssertionError: state is inconsistent.
         """
-        self.objects.check()
+        self.objects.check({m.info.id: m.allocator for m in self.segments.all_segments()})
         self.segments.check()
         self.clients.check()
         self.sessions.check(self.objects)

@@ -19,10 +19,11 @@ from mooncake_py.types import ReplicateConfig, SegmentInfo
 OBJECTS = 20_000
 VALUE_BYTES = 4096
 BATCH = 1_000
-# Measured: 637 B per object (key string, record, replica, indexes, eviction policy, allocator
-# entry) on CPython 3.11; the layout before records shared their id tuple and held replicas in
-# tuples took 773 B. The bound leaves 10% for interpreter differences and stays below that.
-MAX_BYTES_PER_OBJECT = 700
+# Measured: 517 B per object (key string, record, replica, object table, eviction stamp and
+# order, allocator entry holding the segment index) on CPython 3.11; the layout with the
+# policy's own id-to-stamp dict, a segment index of its own and one-replica tuples took 637 B.
+# The bound leaves 10% for interpreter differences and stays below that.
+MAX_BYTES_PER_OBJECT = 570
 
 
 def make_service() -> tuple[MasterService, FakeClock]:
@@ -77,25 +78,25 @@ def test_records_share_their_id_and_writer_strings() -> None:
     last = service.object_of("", f"key-{2 * BATCH - 1:010d}")
     assert first is not None and last is not None
     assert service.object_of("", "key-0000000000") is None
-    # The object table, the segment index and the eviction policy key the object by the
-    # record's own id tuple: one pair per object.
+    # The object table keys the object by the record's own id tuple (one pair per object);
+    # the segment index and the eviction policy hold the record itself.
     table = service._state.objects  # noqa: SLF001 - the layout is what is under test
     (stored_id,) = [oid for oid in table._objects if oid == first.object_id]  # noqa: SLF001
     assert stored_id is first.object_id
-    (on_segment,) = [
-        oid
-        for oid in table._by_segment[first.replicas[0].segment_id]  # noqa: SLF001
-        if oid == first.object_id
-    ]
-    assert on_segment is first.object_id
-    policy_ids = [oid for oid in service._state.policy._stamp_of if oid == first.object_id]  # noqa: SLF001
-    assert policy_ids[0] is first.object_id
-    # Writers of different requests are one string; replicas are a tuple, not a grown list.
-    assert first.client_id is last.client_id
-    assert isinstance(first.replicas, tuple)
-    assert not hasattr(first, "__dict__")
-    # The allocator keeps an aligned size as the same int the records hold.
+    # The segment index is the allocator's map: the record takes the place of the size.
     segment = service._state.segments.get(first.replicas[0].segment_id)  # noqa: SLF001
     assert segment is not None
-    recorded = segment.allocator._allocations[first.replicas[0].offset]  # noqa: SLF001
-    assert recorded == VALUE_BYTES and recorded is first.replicas[0].size
+    assert segment.allocator.owner_of(first.replicas[0].offset) is first
+    assert first.object_id in table.objects_on_segment(segment.info.id)
+    policy = service._state.policy  # noqa: SLF001
+    assert [r for r in policy._order if r.object_id == first.object_id] == [first]  # noqa: SLF001
+    assert first.lru_stamp >= 0 and not hasattr(policy, "_stamp_of")
+    # Writers of different requests are one string; a single replica is held by the record
+    # itself, not in a container.
+    assert first.client_id is last.client_id
+    assert first._replicas is first.replicas[0]  # noqa: SLF001
+    assert isinstance(first.replicas, tuple)
+    assert not hasattr(first, "__dict__")
+    # The allocator answers the aligned size as the same int the records hold.
+    assert segment.allocator.size_of(first.replicas[0].offset) is first.replicas[0].size
+    assert segment.allocator.size_of(first.replicas[0].offset) == VALUE_BYTES

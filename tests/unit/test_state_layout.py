@@ -1,0 +1,128 @@
+"""The compact layouts of the master's per-object state: allocations tagged with the records
+that hold them (the segment index), eviction stamps kept on the records, and a record holding
+its single replica itself. The service-level suites and stress tests run the same layouts
+through ``check()``; these pin down each part's contract on its own.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mooncake_py.master.state.allocator import OffsetAllocator
+from mooncake_py.master.state.disk_space import DiskSpace
+from mooncake_py.master.state.lru import NOT_A_CANDIDATE, LeaseOrderedLRU, Verdict
+from mooncake_py.master.state.objects import ObjectMetadata, ObjectTable, Replica
+from mooncake_py.types import ReplicaStatus
+
+
+class Holder:
+    """A record with what a tag and the eviction policy read: ``size``, ``object_id``,
+    ``lru_stamp``."""
+
+    __slots__ = ("size", "object_id", "lru_stamp")
+
+    def __init__(self, size: int, object_id: str = "") -> None:
+        self.size = size
+        self.object_id = object_id
+        self.lru_stamp = NOT_A_CANDIDATE
+
+
+def test_a_tag_takes_the_place_of_the_size_and_untag_gives_it_back() -> None:
+    allocator = OffsetAllocator(1 << 20, alignment=64)
+    first, second = allocator.allocate(100), allocator.allocate(64)
+    assert first is not None and second is not None
+    owner = Holder(100)
+    assert allocator.tag(first, owner)
+    assert allocator.owner_of(first) is owner and allocator.owner_of(second) is None
+    assert allocator.size_of(first) == 128 and sorted(allocator.allocations())[0] == (first, 128)
+    assert allocator.owners() == [owner]
+    assert not allocator.tag(second, Holder(200))  # 200 does not round to 64
+    assert not allocator.tag(1 << 19, Holder(64))  # no allocation there
+    allocator.untag(first, Holder(100))  # another record: no change
+    assert allocator.owner_of(first) is owner
+    allocator.check()
+    allocator.untag(first, owner)
+    assert allocator.owner_of(first) is None and allocator.size_of(first) == 128
+    assert allocator.tag(first, owner)
+    assert allocator.free(first) == 128 and allocator.owners() == []
+    assert allocator.used_bytes == 64
+    allocator.check()
+
+
+def test_a_disk_space_tags_exact_sizes() -> None:
+    space = DiskSpace(1 << 20)
+    offset = space.allocate(100)
+    assert offset is not None
+    assert not space.tag(offset, Holder(128))
+    owner = Holder(100)
+    assert space.tag(offset, owner) and space.owners() == [owner]
+    assert space.size_of(offset) == 100 and space.allocations() == [(offset, 100)]
+    space.check()
+    assert space.doom(offset) == 100 and space.used_bytes == 0
+    assert space.free(offset) == 100 and space.owners() == []
+    space.check()
+
+
+def test_the_policy_orders_the_records_it_is_given() -> None:
+    records = {name: Holder(0, name) for name in "abcd"}
+    lru = LeaseOrderedLRU(records.get)
+    for name in "abcd":
+        lru.on_created(name)
+    lru.on_touched("a")
+    lru.on_removed("c")
+    lru.on_touched("c")  # no candidate: ignored
+    assert records["c"].lru_stamp == NOT_A_CANDIDATE and "c" not in lru and "a" in lru
+    lru.check({"a", "b", "d"})
+    everything = lru.select(lambda _: Verdict.EVICT, 10, 10)
+    assert everything.victims == ["b", "d", "a"] and everything.exhausted
+    first = lru.select(lambda _: Verdict.EVICT, 1, 10)
+    rest = lru.select(lambda _: Verdict.EVICT, 10, 10, after=first.cursor)
+    assert first.victims + rest.victims == ["b", "d", "a"]
+    with pytest.raises(KeyError):
+        lru.on_created("zzz")  # the lookup knows no such record
+    records["b"] = Holder(0, "b")  # the table replaced the record behind the policy's back
+    with pytest.raises(AssertionError, match="stale record"):
+        lru.check({"a", "b", "d"})
+
+
+def test_a_record_holds_one_replica_itself_and_others_in_a_tuple() -> None:
+    one = Replica(1, "s0", 0, 64, ReplicaStatus.PROCESSING)
+    two = Replica(2, "s1", 0, 64, ReplicaStatus.PROCESSING)
+    meta = ObjectMetadata("", "k", 64, "c", 0.0, (one,))
+    assert meta.replicas == (one,) and meta.replica_count == 1 and meta.is_writing()
+    assert meta.processing_replicas() == [one] and meta.complete_replicas() == []
+    meta.replicas = (one, two)
+    assert meta.replicas == (one, two) and meta.replica_count == 2
+    meta.replicas = ()
+    assert meta.replicas == () and meta.replica_count == 0 and not meta.is_writing()
+
+
+def test_a_table_without_allocators_finds_objects_on_a_segment_by_scanning() -> None:
+    table = ObjectTable()
+    for i, segment in enumerate(("s0", "s1", "s0")):
+        replica = Replica(i, segment, 0, 64, ReplicaStatus.COMPLETE)
+        table.insert(ObjectMetadata("", f"k{i}", 64, "c", 0.0, (replica,)))
+    assert table.objects_on_segment("s0") == [("", "k0"), ("", "k2")]
+    assert table.objects_on_segment("gone") == []
+    table.check()
+
+
+def test_the_table_check_sees_a_lost_tag() -> None:
+    allocator = OffsetAllocator(1 << 20)
+    table = ObjectTable(allocator_of={"s0": allocator}.get)
+    offset = allocator.allocate(64)
+    assert offset is not None
+    meta = ObjectMetadata("", "k", 64, "c", 0.0, (Replica(1, "s0", offset, 64, _COMPLETE),))
+    table.insert(meta)
+    assert allocator.owner_of(offset) is meta and table.objects_on_segment("s0") == [("", "k")]
+    table.check({"s0": allocator})
+    allocator.untag(offset, meta)
+    with pytest.raises(AssertionError, match="segment index of s0"):
+        table.check({"s0": allocator})
+    assert allocator.tag(offset, meta)
+    table.erase(("", "k"))
+    assert allocator.owner_of(offset) is None and allocator.size_of(offset) == 64
+    table.check({"s0": allocator})
+
+
+_COMPLETE = ReplicaStatus.COMPLETE
