@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m tests.bench.master_memory_bench [--objects N] [--ten-million]
+    .venv/bin/python -m tests.bench.master_memory_bench [--objects N] [--ten-million] [--rates]
         [--value-bytes B] [--segments S] [--tracemalloc-objects M] [--skip-memory]
         [--write-cost] [--write-keys K] [--rounds R] [--profile FILE] [--baseline-rev REV]
 
@@ -10,11 +10,14 @@ Run from the repository root::
 objects), writes N objects with ``batch_put_start`` / ``batch_put_end`` in batches of 1,000 (the
 client id and tenant are fresh strings per batch, as each decoded request carries its own), and
 reports the growth of the resident set (``VmRSS`` of ``/proc/self/status``, after
-``gc.collect()``) divided by N. A second build of M objects (default 200,000) under
-:mod:`tracemalloc` gives the Python heap per object, the top allocating lines per object, and a
-breakdown by structure (object records, replica records and their containers, keys, object ids,
-the object table, the segment index, the eviction policy, the allocators, the tenant tallies):
-shallow sizes of every object reachable from each structure, each object counted once, in the
+``gc.collect()``) divided by N, and the batched put rate of that write. ``--rates`` then
+measures, on that master at that size, the rates of single puts and of existence checks
+(``batch_exist_key`` in batches of 1,000, and ``exist_key``) over 200,000 keys. A second
+build of M objects (default 200,000) under :mod:`tracemalloc` gives the Python heap per
+object, the top allocating lines per object, and a breakdown by structure (object records,
+replica records and their containers, keys, object ids, the object table, the eviction
+policy, the allocators with the segment index they hold, the tenant tallies): shallow sizes of
+every object reachable from each structure, each object counted once, in the
 first structure that reaches it.
 
 **Write cost.** ``--write-cost`` times, on a fresh service per round, K keys (default 200,000)
@@ -25,7 +28,8 @@ and installed as ``store_bench --baseline-rev`` does) and once on the working tr
 turns, and the medians of both sides and their ratio are printed. ``--profile FILE`` writes a
 cProfile of one round of the working tree and prints its top entries.
 
-The 10M build (``--ten-million``) needs several GB of memory and minutes; nothing runs it in CI.
+The 10M build (``--ten-million``, which implies ``--rates``) needs several GB of memory and
+minutes; nothing runs it in CI.
 """
 
 from __future__ import annotations
@@ -103,17 +107,65 @@ def write_objects(service: MasterService, clock: FakeClock, count: int, value_by
         clock.advance(0.001)
 
 
-def measure_rss(objects: int, value_bytes: int, segments: int) -> float:
-    """RSS growth per object over writing ``objects`` objects."""
+def measure_rss(
+    objects: int, value_bytes: int, segments: int, rates: bool = False
+) -> dict[str, float]:
+    """RSS growth per object over writing ``objects`` objects, and the batched put rate of
+    that write; with ``rates`` also the rates at that size of single puts and of existence
+    checks, batched and single (:func:`measure_rates`), measured after the RSS."""
     service, clock = build_service(objects, value_bytes, segments)
     gc.collect()
     before = rss_bytes()
+    began = time.perf_counter()
     write_objects(service, clock, objects, value_bytes)
+    elapsed = time.perf_counter() - began
     gc.collect()
     after = rss_bytes()
     assert len(service._state.objects) == objects  # noqa: SLF001
+    figures = {"rss_per_object": (after - before) / objects, "batch_puts_per_s": objects / elapsed}
+    if rates:
+        figures.update(measure_rates(service, clock, objects, value_bytes))
     del service
-    return (after - before) / objects
+    return figures
+
+
+RATE_KEYS = 200_000
+"""Keys each rate at size is measured over (single puts, existence checks)."""
+
+
+def measure_rates(
+    service: MasterService, clock: FakeClock, objects: int, value_bytes: int
+) -> dict[str, float]:
+    """Per-second rates on a master already holding ``objects`` objects: single puts
+    (put_start + put_end) of :data:`RATE_KEYS` new keys, batched existence checks
+    (batch_exist_key, batches of :data:`BATCH`) and single ones (exist_key) of
+    :data:`RATE_KEYS` stored keys spread over the whole key space, by one reading client."""
+    config = ReplicateConfig()
+    count = min(RATE_KEYS, objects)
+    began = time.perf_counter()
+    for i in range(objects, objects + count):
+        key = f"key-{i:010d}"
+        result = service.put_start("writer-1", "", key, value_bytes, config)
+        assert service.put_end("writer-1", "", key, result.write_id) == ErrorCode.OK
+    single_puts = count / (time.perf_counter() - began)
+    stride = max(1, objects // count)
+    keys = [f"key-{i:010d}" for i in range(0, objects, stride)][:count]
+    reads = service.reads
+    began = time.perf_counter()
+    for first in range(0, len(keys), BATCH):
+        found = reads.batch_exist_key("", keys[first : first + BATCH], "reader")
+        assert all(code == 1 for code in found)
+    batch_exists = len(keys) / (time.perf_counter() - began)
+    clock.advance(1.0)
+    began = time.perf_counter()
+    for key in keys:
+        assert reads.exist_key("", key, "reader") == 1
+    single_exists = len(keys) / (time.perf_counter() - began)
+    return {
+        "single_puts_per_s": single_puts,
+        "batch_exists_per_s": batch_exists,
+        "single_exists_per_s": single_exists,
+    }
 
 
 def structures(service: MasterService) -> list[tuple[str, Iterable[Any], bool]]:
@@ -123,18 +175,23 @@ def structures(service: MasterService) -> list[tuple[str, Iterable[Any], bool]]:
     table = state.objects
     metas = list(table._objects.values())  # noqa: SLF001
     replicas = [r for m in metas for r in m.replicas]
+    # A single replica is held by the record itself; only other counts have a tuple.
+    containers = [m._replicas for m in metas if isinstance(m._replicas, tuple)]  # noqa: SLF001
     return [
         ("ObjectMetadata records", metas, False),
-        ("replica containers (meta.replicas)", [m.replicas for m in metas], False),
+        ("replica containers (tuples of 0 or 2+)", containers, False),
         ("Replica records", replicas, False),
         ("keys (str)", [m.key for m in metas], False),
         ("object ids (tenant, key) tuples", list(table._objects), False),  # noqa: SLF001
         ("record fields (ints, floats, strs)", _fields(metas, replicas), False),
         ("object table dict", [table._objects], True),  # noqa: SLF001
         ("processing index", [table._processing], True),  # noqa: SLF001
-        ("segment index (objects_on_segment)", [table._by_segment], True),  # noqa: SLF001
         ("eviction policy (LRU)", [state.policy], True),
-        ("allocators", [m.allocator for m in state.segments.all_segments()], True),
+        (
+            "allocators (with the segment index)",
+            [m.allocator for m in state.segments.all_segments()],
+            True,
+        ),
         ("tenant tallies", [table.tallies], True),
         ("read leases", [state.reads], True),
         ("session registry", [state.sessions], True),
@@ -313,8 +370,13 @@ def report_write_cost(args: argparse.Namespace) -> None:
 
 
 def report_memory(args: argparse.Namespace) -> None:
-    per_object = measure_rss(args.objects, args.value_bytes, args.segments)
-    print(f"RSS delta per object at {args.objects} objects: {per_object:.0f} B")
+    figures = measure_rss(args.objects, args.value_bytes, args.segments, args.rates)
+    print(f"RSS delta per object at {args.objects} objects: {figures['rss_per_object']:.0f} B")
+    print(f"batched puts while writing them: {figures['batch_puts_per_s']:,.0f} keys/s")
+    for name in ("single_puts_per_s", "batch_exists_per_s", "single_exists_per_s"):
+        if name in figures:
+            what = name.removesuffix("_per_s").replace("_", " ")
+            print(f"{what} at {args.objects} objects: {figures[name]:,.0f} keys/s", flush=True)
     if args.tracemalloc_objects:
         heap = measure_heap(args.tracemalloc_objects, args.value_bytes, args.segments, args.top)
         n = args.tracemalloc_objects
@@ -332,7 +394,12 @@ def report_memory(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=1_000_000)
-    parser.add_argument("--ten-million", action="store_true", help="--objects 10000000")
+    parser.add_argument("--ten-million", action="store_true", help="--objects 10000000 --rates")
+    parser.add_argument(
+        "--rates",
+        action="store_true",
+        help="also single put and existence check rates at that size",
+    )
     parser.add_argument("--value-bytes", type=int, default=4096)
     parser.add_argument("--segments", type=int, default=4)
     parser.add_argument("--tracemalloc-objects", type=int, default=200_000)
@@ -350,6 +417,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.ten_million:
         args.objects = 10_000_000
+        args.rates = True
     if not args.skip_memory:
         report_memory(args)
     if args.write_cost:
