@@ -71,6 +71,7 @@ class EmbeddedMaster:
                 instance the port is taken); nothing is left running.
         """
         # Imported here: the master imports mooncake_py, whose import loads this client.
+        from mooncake_py.master import event_loop
         from mooncake_py.master.config import MasterConfig
         from mooncake_py.master.server import MasterServer
 
@@ -86,7 +87,7 @@ class EmbeddedMaster:
         except ConfigError as exc:
             _unlink(tokens_file)
             raise InternalError(ErrorCode.INTERNAL_ERROR, f"embedded master: {exc}") from exc
-        loop = asyncio.new_event_loop()
+        loop = event_loop.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="mooncake-embedded-master")
         thread.daemon = True  # a store never closed must not keep the process alive
         thread.start()

@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from . import event_loop
 from .config import ConfigError, parse_args
 from .ha.log_store import LogStoreError
 from .server import MasterServer
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        return asyncio.run(_serve(MasterServer(config)))
+        return event_loop.run(_serve(MasterServer(config)))
     except ConfigError as exc:
         print(f"mooncake-py-master: invalid configuration: {exc}", file=sys.stderr)
         return 2

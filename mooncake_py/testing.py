@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from mooncake_py.master import event_loop
 from mooncake_py.master.clock import monotonic_clock
 from mooncake_py.master.config import MasterConfig
 from mooncake_py.master.server import MasterServer
@@ -53,7 +54,7 @@ class InProcessMaster:
         self.config = MasterConfig(**overrides)
         self.clock = clock
         self._server = MasterServer(self.config, clock=clock, background=background)
-        self._loop = asyncio.new_event_loop()
+        self._loop = event_loop.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="mooncake-master", daemon=True
         )

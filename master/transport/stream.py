@@ -33,6 +33,7 @@ import logging
 import ssl
 import time
 from collections.abc import Mapping
+from typing import cast
 
 from mooncake_py._wire.frames import (
     AUTHENTICATE,
@@ -113,7 +114,8 @@ class _ChannelProtocol(asyncio.Protocol):
         return self._running is not None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream transport (asyncio's, or uvloop's, which does not derive from its class).
+        transport = cast(asyncio.Transport, transport)
         if len(self._live) >= self._max_connections:
             log.warning("stream channel full (%d connections): closing a new one", len(self._live))
             transport.abort()
