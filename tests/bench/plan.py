@@ -65,7 +65,8 @@ def plan_for(quick: bool, tiny: bool) -> Plan:
         mode="full",
         local_sizes=local_sizes,
         local_calls=dict(zip(local_sizes, (400, 200, 48, 16, 6), strict=True)),
-        local_batches=((64, 64 * KIB, 6), (16, 1 * MIB, 4), (32, 4 * MIB, 2)),
+        # 1024 x 64 B: the per-key cost of batches of tiny values (metadata, not bytes).
+        local_batches=((1024, 64, 4), (64, 64 * KIB, 6), (16, 1 * MIB, 4), (32, 4 * MIB, 2)),
         sizes=sizes,
         batches={1 * MIB: 16, 4 * MIB: 32},
         values={1 * MIB: 256, 4 * MIB: 128},
@@ -93,7 +94,7 @@ def plan_for(quick: bool, tiny: bool) -> Plan:
             full,
             mode="quick",
             local_calls=dict(zip(local_sizes, (150, 60, 16, 6, 2), strict=True)),
-            local_batches=((64, 64 * KIB, 2), (16, 1 * MIB, 2), (32, 4 * MIB, 1)),
+            local_batches=((1024, 64, 2), (64, 64 * KIB, 2), (16, 1 * MIB, 2), (32, 4 * MIB, 1)),
             segment=1 * GIB,
             values={1 * MIB: 64, 4 * MIB: 32},
             rounds=3,
