@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mooncake_py import capability
+from mooncake_py._wire.builders import frozen_builder
 from mooncake_py.types import ReplicaDescriptor, SegmentInfo
 
 from ..config import MasterConfig
@@ -144,6 +145,9 @@ def is_soft_pinned(meta: ObjectMetadata, now: float) -> bool:
     session flags through the object's references, not through the registry.
     """
     return meta.soft_pin_deadline > now or pinned_by_session(meta)
+
+
+_build_descriptor = frozen_builder(ReplicaDescriptor)
 
 
 class StoreState:
@@ -604,17 +608,19 @@ class StoreState:
                 if allow_map and (not segment.tenant or segment.tenant == meta.tenant):
                     mode |= capability.MAP
             grant = segment.signer.mint(replica.offset, meta.size, mode, expires)
-        return ReplicaDescriptor(
-            replica.id,
-            replica.status,
-            replica.segment_id,
-            info.name,
-            replica.offset,
-            meta.size,
-            info.te_endpoint,
-            info.host_id,
-            grant,
-            info.disk,
+        # One per replica of every key a write or read answers: built without the frozen
+        # dataclass's field-by-field __init__ (see frozen_builder).
+        return _build_descriptor(
+            id=replica.id,
+            status=replica.status,
+            segment_id=replica.segment_id,
+            segment_name=info.name,
+            offset=replica.offset,
+            size=meta.size,
+            te_endpoint=info.te_endpoint,
+            host_id=info.host_id,
+            capability=grant,
+            disk=info.disk,
         )
 
     def used_ratio(self) -> float:
