@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mooncake_py._wire.builders import frozen_builder
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import ProbeLeaseMode, ReplicaListResult
 
@@ -29,6 +30,9 @@ from ..state.objects import ObjectMetadata, valid_key
 from .context import ServiceContext
 from .disk_moves import DiskMoves
 from .slices import Steps, drive, map_in_slices
+
+# Every key found builds one (see frozen_builder: a third of the dataclass's __init__).
+_build_found = frozen_builder(ReplicaListResult)
 
 END_READS_CHUNK = 4096
 """Read ids ended per slice of :meth:`ReadService.end_reads_sliced`."""
@@ -115,8 +119,13 @@ class ReadService:
             counters.disk_hits += 1  # memory replicas come first: this one is on disk only
             if self.disk is not None:
                 self.disk.after_read(meta, now)
-        ttl_ms = state.config.default_kv_lease_ttl
-        return ReplicaListResult(ErrorCode.OK, described, ttl_ms, meta.size, read_id)
+        return _build_found(
+            code=ErrorCode.OK,
+            replicas=described,
+            lease_ttl_ms=state.config.default_kv_lease_ttl,
+            size=meta.size,
+            read_id=read_id,
+        )
 
     def end_reads(self, client_id: str, read_ids: Sequence[int]) -> list[ErrorCode]:
         """The reader's copies are done: end the read leases ``read_ids``.

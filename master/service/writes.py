@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import sys
 
+from mooncake_py._wire.builders import frozen_builder
 from mooncake_py.capability import WRITE
 from mooncake_py.errors import ErrorCode
 from mooncake_py.types import PutStartResult, ReplicaStatus, ReplicateConfig, SoftPinAction
@@ -59,6 +60,8 @@ def placement_request(size: int, config: ReplicateConfig, tenant: str) -> Placem
 
 
 _NO_ROOM = PutStartResult(ErrorCode.NO_AVAILABLE_HANDLE)
+# Every key started builds one (see frozen_builder: a third of the dataclass's __init__).
+_build_started = frozen_builder(PutStartResult)
 
 
 class WritePath:
@@ -351,7 +354,9 @@ class WritePath:
         self._state.objects.insert(meta)
         describe = self._state.describe
         described = tuple(describe(meta, r, WRITE) for r in meta.replicas)
-        return PutStartResult(ErrorCode.OK, described, meta.write_id)
+        return _build_started(
+            code=ErrorCode.OK, replicas=described, write_id=meta.write_id, retry_after_ms=0
+        )
 
     def _new_replicas(self, allocations: list[Allocation], size: int) -> tuple[Replica, ...]:
         return tuple(
