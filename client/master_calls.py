@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
         def call_with_request(self, name: str, request: Any) -> Any: ...
 
-        def send_one_way(self, name: str, *args: Any, defer: bool = False) -> None: ...
+        def send_one_way(self, name: str, *args: Any) -> None: ...
 
 else:
     _Caller = object
@@ -182,9 +182,8 @@ class MasterCalls(_Caller):
         return self.call("EndReads", client_id, read_ids)
 
     def end_reads_one_way(self, client_id: str, read_ids: Sequence[int]) -> None:
-        """EndReads without waiting, deferred to go out with this thread's next call when it
-        comes within a fraction of a millisecond (see :meth:`send_one_way`)."""
-        self.send_one_way("EndReads", client_id, read_ids, defer=True)
+        """EndReads without waiting (see :meth:`send_one_way`)."""
+        self.send_one_way("EndReads", client_id, read_ids)
 
     def exist_key(self, tenant: str, key: str, client_id: str) -> int:
         """ExistKey: 1 (``client_id`` gets an existence hold), 0, or a negative code."""

@@ -339,14 +339,13 @@ class MasterClient(MasterCalls):
                 log.debug("%s to %s failed, retrying: %s", rpc.name, self.address, exc)
                 follower.follow(generation, deadline)
 
-    def send_one_way(self, name: str, *args: Any, defer: bool = False) -> None:
+    def send_one_way(self, name: str, *args: Any) -> None:
         """Send the RPC ``name`` without waiting for (or ever reading) its answer.
 
         Over the stream channel: a one-way frame; the master runs it before the next call this
-        thread makes. With ``defer`` the frame may wait (a fraction of a millisecond) to go
-        out with the next call of its connection (:meth:`ChannelClient.send_one_way`). Over
-        gRPC (also when the stream fails): a call whose answer nobody waits for (no ordering).
-        Never raises for transport failures: the call is dropped and logged at debug level.
+        thread makes. Over gRPC (also when the stream fails): a call whose answer nobody waits
+        for (no ordering). Never raises for transport failures: the call is dropped and logged
+        at debug level.
 
         Raises:
             KeyError: no such RPC.
@@ -357,7 +356,7 @@ class MasterClient(MasterCalls):
         stream = self._stream
         if stream is not None:
             try:
-                stream.send_one_way(rpc.wire_name, request.SerializeToString(), defer)
+                stream.send_one_way(rpc.wire_name, request.SerializeToString())
                 return
             except OSError as exc:
                 # As for a failed call: later calls use gRPC until the heartbeat reconnects,

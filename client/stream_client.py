@@ -7,15 +7,8 @@ the message encoding.
 
 One-way sends (:meth:`ChannelClient.send_one_way`) take a connection, write one frame with the
 framing's ``ONE_WAY_CALL_ID`` and give the connection back without waiting: the master runs
-the call and answers nothing.
-
-**Deferred one-way sends** (``defer=True``, the ends of reads): the frame is parked on the
-connection instead of written, and goes out in the same write as the next call that takes the
-connection (the next call of the same thread takes it, see below). A read's end then costs no
-socket write of its own (on loopback, a write and the wake-up it causes cost as much as the
-rest of a small read). A frame no call carries within ``DEFER_ONE_WAY_S`` is written by a
-flusher thread, so an end is at most that late when its thread makes no further call; the
-flusher sleeps while nothing is parked.
+the call and answers nothing. (Holding such frames back to send them with the next call was
+measured slower: the background writer it needs costs more than the write it saves.)
 
 **Ordering**: the next call *the same thread* makes goes over the connection its one-way frame
 went to (the thread's next call asks for that connection even when another thread, e.g. the
@@ -58,9 +51,6 @@ CONNECT_TIMEOUT_S = 5.0
 
 STALE_CHECK_AFTER_S = 0.25
 """A pooled connection idle for longer is checked for a close by the master before reuse."""
-
-DEFER_ONE_WAY_S = 0.0005
-"""Longest a deferred one-way frame waits for a call to carry it before the flusher writes it."""
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
@@ -130,10 +120,6 @@ class ChannelClient:
         # Never ONE_WAY_CALL_ID: ids run over 0 .. 0xFFFFFFFE.
         self._call_ids = itertools.count(1)
         self._closed = False
-        # Deferred one-way frames per connection, with when the first was parked.
-        self._parked: dict[socket.socket, tuple[float, bytes]] = {}
-        self._parked_cond = threading.Condition(self._lock)
-        self._flusher: threading.Thread | None = None
 
     def call(self, name: bytes, payload: bytes) -> bytes:
         """Send one request, return the response message bytes.
@@ -144,14 +130,8 @@ class ChannelClient:
         """
         sock = self._take()
         call_id = next(self._call_ids) % ONE_WAY_CALL_ID
-        frame = request_frame(call_id, name, payload)
-        if self._parked:
-            with self._lock:
-                parked = self._parked.pop(sock, None)
-            if parked is not None:
-                frame = parked[1] + frame  # the deferred frames go first, in their order
         try:
-            sock.sendall(frame)
+            sock.sendall(request_frame(call_id, name, payload))
             answered_id, status, body = read_response(sock)
             while answered_id == ONE_WAY_CALL_ID:
                 # A master that predates one-way frames answers them anyway: skip that answer.
@@ -167,78 +147,24 @@ class ChannelClient:
             raise ChannelError(status, body.decode("utf-8", "replace"))
         return body
 
-    def send_one_way(self, name: bytes, payload: bytes, defer: bool = False) -> None:
-        """Send one request the master runs without answering; returns once it is written,
-        or, with ``defer``, parked for the next call of its connection (at most
-        ``DEFER_ONE_WAY_S``; see the module docstring).
+    def send_one_way(self, name: bytes, payload: bytes) -> None:
+        """Send one request the master runs without answering; returns once it is written.
 
         The calling thread's next :meth:`call` runs on the master after this one (see the
         module docstring). Nothing tells whether the master ran it.
 
         Raises:
             ConnectionError: the client is closed.
-            OSError: the connection failed (the master may or may not have run the call); a
-                deferred frame whose write fails later is dropped (logged by nobody).
+            OSError: the connection failed (the master may or may not have run the call).
         """
         sock = self._take()
-        frame = one_way_frame(name, payload)
-        if defer:
-            with self._lock:
-                parked = self._parked.get(sock)
-                self._parked[sock] = (
-                    (time.monotonic(), frame) if parked is None else (parked[0], parked[1] + frame)
-                )
-                self._parked_cond.notify()
-                if self._flusher is None:
-                    self._flusher = threading.Thread(
-                        target=self._flush_parked, name="mooncake-one-way-flush", daemon=True
-                    )
-                    self._flusher.start()
-            self._local.follow = sock
-            self._give_back(sock)
-            return
         try:
-            sock.sendall(frame)
+            sock.sendall(one_way_frame(name, payload))
         except BaseException:
             self._discard(sock)
             raise
         self._local.follow = sock
         self._give_back(sock)
-
-    def _flush_parked(self) -> None:
-        """The flusher thread: writes the parked frames that no call carried in time."""
-        while True:
-            with self._lock:
-                while not self._parked and not self._closed:
-                    self._parked_cond.wait()
-                if self._closed:
-                    return
-            time.sleep(DEFER_ONE_WAY_S)
-            self.flush_parked(DEFER_ONE_WAY_S)
-
-    def flush_parked(self, older_than_s: float = 0.0) -> None:
-        """Write the deferred frames parked for at least ``older_than_s`` on connections that
-        are idle (a connection in use sends its frames with its call). Never raises: a
-        connection whose write fails is dropped with its frames."""
-        due: list[tuple[socket.socket, bytes]] = []
-        with self._lock:
-            if not self._parked:
-                return
-            limit = time.monotonic() - older_than_s
-            idle = self._idle
-            for sock, (since, frames) in list(self._parked.items()):
-                if since > limit or sock not in idle:
-                    continue
-                idle.remove(sock)
-                del self._parked[sock]
-                due.append((sock, frames))
-        for sock, frames in due:
-            try:
-                sock.sendall(frames)
-            except OSError:
-                self._discard(sock)
-                continue
-            self._give_back(sock)
 
     def _take(self) -> socket.socket:
         """A connection for one call: the one this thread's last one-way send used, if any."""
@@ -309,7 +235,6 @@ class ChannelClient:
             return True
         if _closed_by_peer(sock):
             sock.close()
-            self._parked.pop(sock, None)
             return False
         return True
 
@@ -326,20 +251,15 @@ class ChannelClient:
     def _discard(self, sock: socket.socket) -> None:
         sock.close()
         with self._lock:
-            self._parked.pop(sock, None)  # its deferred frames are lost with it
             if self._waiters:
                 self._returned.notify_all()
 
     def close(self) -> None:
-        """Write the deferred frames, close every pooled connection; later calls raise
-        ConnectionError."""
-        self.flush_parked()
+        """Close every pooled connection; later calls raise ConnectionError."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
             self._idle_since.clear()
-            self._parked.clear()
             self._returned.notify_all()
-            self._parked_cond.notify_all()
         for sock in idle:
             sock.close()

@@ -22,7 +22,6 @@ from mooncake_py._wire.frames import (
     request_frame,
 )
 from mooncake_py._wire.rpcs import RPCS
-from mooncake_py.client import stream_client
 from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.client.stream_client import ChannelClient, ChannelError
 from mooncake_py.master.transport.stream import PRE_AUTH_MAX_FRAME
@@ -153,61 +152,6 @@ def test_a_threads_next_call_follows_its_one_way_send(master: InProcessMaster) -
     channel.call(stats.wire_name, payload)  # no one-way before it: any connection, no wait
     channel.close()
     assert ONE_WAY_CALL_ID == 0xFFFFFFFF
-
-
-def _leased_read(master: InProcessMaster) -> tuple[MooncakeDistributedStore, str, int]:
-    """A store that wrote "k" and holds a read lease on it: (store, its client id, read id)."""
-    store = MooncakeDistributedStore()
-    assert (
-        store.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", master.address) == 0
-    )
-    assert store.put("k", b"v" * 64) == 0
-    core = store.client._core  # noqa: SLF001 - the test drives a read's lease by hand
-    assert core is not None
-    (located,) = core.locate(["k"])
-    assert located.code == 0 and master.service.is_leased("default", "k")
-    return store, core.client_id, located.read_id
-
-
-def test_a_deferred_one_way_frame_goes_out_with_the_next_call_in_order(
-    master: InProcessMaster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The flusher waits far longer than the test: only the next call can carry the frame.
-    monkeypatch.setattr(stream_client, "DEFER_ONE_WAY_S", 60.0)
-    store, client_id, read_id = _leased_read(master)
-    channel = ChannelClient("127.0.0.1", _fast_port(master), 5.0)
-    end = RPCS["EndReads"].args.encode(client_id, [read_id]).SerializeToString()
-    channel.send_one_way(b"EndReads", end, defer=True)
-    time.sleep(0.05)
-    assert master.service.is_leased("default", "k")  # parked, not written
-    remove = RPCS["Remove"]
-    body = channel.call(
-        remove.wire_name, remove.args.encode("default", "k", False).SerializeToString()
-    )
-    # The remove ran after the end it carried: no lease stood in its way.
-    assert remove.result.decode(remove.response_type.FromString(body)) == 0
-    assert not channel._parked  # noqa: SLF001
-    channel.close()
-    store.close()
-
-
-def test_deferred_one_way_frames_are_flushed_when_no_call_comes(
-    master: InProcessMaster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store, client_id, read_id = _leased_read(master)
-    channel = ChannelClient("127.0.0.1", _fast_port(master), 5.0)
-    end = RPCS["EndReads"].args.encode(client_id, [read_id]).SerializeToString()
-    channel.send_one_way(b"EndReads", end, defer=True)  # the flusher writes it
-    wait_until(lambda: not master.service.is_leased("default", "k"), 5.0, what="the end ran")
-    # Closing writes what is still parked, however young.
-    monkeypatch.setattr(stream_client, "DEFER_ONE_WAY_S", 60.0)
-    (located,) = store.client._core.locate(["k"])  # noqa: SLF001
-    assert master.service.is_leased("default", "k")
-    end = RPCS["EndReads"].args.encode(client_id, [located.read_id]).SerializeToString()
-    channel.send_one_way(b"EndReads", end, defer=True)
-    channel.close()
-    wait_until(lambda: not master.service.is_leased("default", "k"), 5.0, what="the end ran")
-    store.close()
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
