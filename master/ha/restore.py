@@ -121,7 +121,10 @@ def restore_sliced(
                 continue
             size = image.ranges.get(r.segment_id, {}).get(r.offset) or allocator.rounded(r.size)
             if r.size <= size:
-                claims[r.segment_id].append((r.offset, size, (index, position)))
+                # The replica holds exactly its rounded size (the allocators index it by that);
+                # the rest of a larger recorded range is left over, as an orphan.
+                held = allocator.rounded(r.size)
+                claims[r.segment_id].append((r.offset, held, (index, position)))
         if index % OBJECTS_PER_STEP == OBJECTS_PER_STEP - 1:
             yield None
     accepted: set[tuple[int, int]] = set()

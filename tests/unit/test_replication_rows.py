@@ -510,3 +510,22 @@ def test_a_file_to_delete_is_still_to_delete_after_a_restore() -> None:
     assert restored.disk.fetch_disk_tasks("c1", 0).deletes == (("disk-c1", (0,)),)
     restored.check()
     assert restored.stats()["disk_used_bytes"] == 0
+
+
+def test_a_recorded_range_larger_than_its_replica_restores_the_replica_indexed() -> None:
+    """An image whose range for a replica is larger than the replica's rounded size (an odd
+    or damaged image): the replica holds its rounded size and stays in its segment's index
+    (so withdrawing the segment still finds it); the rest of the range is an orphan."""
+    leader = Leader(0)
+    segment = mount(leader.service, "c1", 0, size=64 * KIB)
+    start = leader.service.put_start("c1", "", "k", 4 * KIB, ReplicateConfig())
+    assert leader.service.put_end("c1", "", "k", start.write_id) == ErrorCode.OK
+    leader.flush()
+    ((_, row),) = leader.image.objects.items()
+    (replica,) = row.replicas
+    leader.image.ranges[replica.segment_id][replica.offset] = 8 * KIB
+    restored = restored_from(leader)  # check() included
+    on_segment = restored.context.state.objects.objects_on_segment(segment)
+    assert [key for _, key in on_segment] == ["k"]
+    assert restored.stats()["allocated_bytes"] == 8 * KIB  # the object's 4 KiB + the orphan
+    assert restored.reads.get_replica_list("", "k", "c2").code == ErrorCode.OK
