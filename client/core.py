@@ -545,7 +545,7 @@ def _with_host(config: ReplicateConfig, host: str) -> ReplicateConfig:
     put's encoding, although the fields were checked when the caller set them and ``host``
     is this process's own host id. The copy's lists are the caller's (never changed here).
     """
-    copied: ReplicateConfig = object.__new__(ReplicateConfig)
+    copied: ReplicateConfig = object.__new__(type(config))
     fields = copied.__dict__
     fields.update(config.__dict__)
     fields["host_id"] = host

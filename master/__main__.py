@@ -53,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        event_loop.loop_kind()  # a bad MOONCAKE_PY_EVENT_LOOP fails before anything is built
         return event_loop.run(_serve(MasterServer(config)))
     except ConfigError as exc:
         print(f"mooncake-py-master: invalid configuration: {exc}", file=sys.stderr)

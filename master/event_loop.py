@@ -69,10 +69,9 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     if sys.version_info >= (3, 11):
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             return runner.run(main)
-    loop = new_event_loop()  # pragma: no cover - Python 3.10
-    try:
-        asyncio.set_event_loop(loop)
-        return loop.run_until_complete(main)
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
+    # Python 3.10: asyncio.run (with its clean-up of tasks and generators) under a policy.
+    if loop_kind() == "uvloop":  # pragma: no cover - Python 3.10
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return asyncio.run(main)  # pragma: no cover - Python 3.10
