@@ -57,7 +57,10 @@ def _closed_by_peer(sock: socket.socket) -> bool:
     """Whether an idle connection (no call in flight) was closed by the other end: it is then
     readable (end of stream or a reset). O(1), one poll (and one non-blocking read under TLS)."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        # poll, not select: select refuses descriptors of 1024 and above.
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        readable = poller.poll(0)
     except (OSError, ValueError):  # closed here already
         return True
     if not readable:

@@ -22,6 +22,7 @@ from mooncake_py._wire.frames import (
     request_frame,
 )
 from mooncake_py._wire.rpcs import RPCS
+from mooncake_py.client import stream_client
 from mooncake_py.client.master_rpc import MasterClient
 from mooncake_py.client.stream_client import ChannelClient, ChannelError
 from mooncake_py.master.transport.stream import PRE_AUTH_MAX_FRAME
@@ -208,3 +209,26 @@ def _serves(channel: ChannelClient, name: bytes, payload: bytes) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_a_healthy_idle_connection_is_reused_whatever_its_descriptor_number(
+    master: InProcessMaster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stale check of an idle pooled connection works for descriptors of 1024 and above
+    (which select() refuses): a healthy one is reused, not reconnected."""
+    monkeypatch.setattr(stream_client, "STALE_CHECK_AFTER_S", 0.0)
+    fillers = [socket.socket() for _ in range(1100)]  # push new descriptors past 1023
+    try:
+        channel = ChannelClient("127.0.0.1", _fast_port(master), 5.0)
+        stats = RPCS["GetStats"]
+        payload = stats.args.encode().SerializeToString()
+        channel.call(stats.wire_name, payload)
+        (pooled,) = channel._idle  # noqa: SLF001
+        assert pooled.fileno() >= 1024
+        time.sleep(0.01)
+        channel.call(stats.wire_name, payload)
+        assert channel._idle == [pooled]  # noqa: SLF001 - the same connection, checked and kept
+        channel.close()
+    finally:
+        for filler in fillers:
+            filler.close()
