@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import time
 
 import pytest
 
@@ -1076,11 +1075,8 @@ class Model:
 )
 def test_random_session_ops_match_the_model(seed: int, allow_soft: bool) -> None:
     model = Model(seed, allow_soft)
-    began = time.perf_counter()
     for _ in range(OPS):
         model.step()
-    elapsed = time.perf_counter() - began
-    assert elapsed < 8.0, f"too slow: {elapsed:.1f}s"
     # The run must have exercised what it is meant to.
     codes = model.codes
     for op in ("attach", "put", "upsert"):
