@@ -31,7 +31,13 @@ import sys
 from mooncake_py._wire.builders import frozen_builder
 from mooncake_py.capability import WRITE
 from mooncake_py.errors import ErrorCode
-from mooncake_py.types import PutStartResult, ReplicaStatus, ReplicateConfig, SoftPinAction
+from mooncake_py.types import (
+    PutStartResult,
+    ReplicaDescriptor,
+    ReplicaStatus,
+    ReplicateConfig,
+    SoftPinAction,
+)
 
 from ..state.objects import ObjectMetadata, PendingSoftPin, Replica
 from ..state.segments import Allocation, PlacementRequest
@@ -146,20 +152,25 @@ class WritePath:
             code = sessions.check_admission(tenant, [(existing, key, tags)])
             if code != ErrorCode.OK:
                 return PutStartResult(code)
-        held = sessions.hold(tenant, tags) if tags else []
-        try:
-            if upsert:
-                result = self.upsert_start(client_id, tenant, key, size, config, group_id, pin, now)
-            else:
-                result = self.put_start(
-                    client_id, tenant, key, size, config, group_id or "", pin, now
-                )
-            if tags and result.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS):
-                meta = self._state.objects.get((tenant, key))
-                if meta is not None:
-                    sessions.add(meta, tags, now)
-        finally:
-            sessions.release_hold(held)
+        if not tags and not upsert:  # the common write: no sessions to hold or join
+            result = self.put_start(client_id, tenant, key, size, config, group_id or "", pin, now)
+        else:
+            held = sessions.hold(tenant, tags) if tags else []
+            try:
+                if upsert:
+                    result = self.upsert_start(
+                        client_id, tenant, key, size, config, group_id, pin, now
+                    )
+                else:
+                    result = self.put_start(
+                        client_id, tenant, key, size, config, group_id or "", pin, now
+                    )
+                if tags and result.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS):
+                    meta = self._state.objects.get((tenant, key))
+                    if meta is not None:
+                        sessions.add(meta, tags, now)
+            finally:
+                sessions.release_hold(held)
         if attempt_id and result.code == ErrorCode.OK:
             started = self._state.objects.get((tenant, key))
             if started is not None:
@@ -353,12 +364,27 @@ class WritePath:
             meta.soft_pin_deadline = predecessor.soft_pin_deadline
         self._state.objects.insert(meta)
         describe = self._state.describe
-        described = tuple(describe(meta, r, WRITE) for r in meta.replicas)
+        replicas = meta.replicas
+        if len(replicas) == 1:
+            described: tuple[ReplicaDescriptor, ...] = (describe(meta, replicas[0], WRITE),)
+        else:
+            described = tuple(describe(meta, r, WRITE) for r in replicas)
         return _build_started(
             code=ErrorCode.OK, replicas=described, write_id=meta.write_id, retry_after_ms=0
         )
 
     def _new_replicas(self, allocations: list[Allocation], size: int) -> tuple[Replica, ...]:
+        if len(allocations) == 1:  # the common write: one replica
+            (a,) = allocations
+            return (
+                Replica(
+                    self._state.next_replica_id(),
+                    a.segment.info.id,
+                    a.offset,
+                    size,
+                    ReplicaStatus.PROCESSING,
+                ),
+            )
         return tuple(
             Replica(
                 self._state.next_replica_id(),
@@ -421,7 +447,8 @@ class WritePath:
         released = self._state.kv_cache_released_tenants
         if released and meta.data_type in KV_CACHE_TYPES:
             released.discard(meta.tenant)
-        _commit_soft_pin(meta, now)
+        if meta.pending_soft_pin is not None:
+            _commit_soft_pin(meta, now)
         if meta.soft_pin_deadline > now:
             self._state.note_soft_pin(meta.soft_pin_deadline)
         return ErrorCode.OK
