@@ -293,11 +293,18 @@ class WriteCalls:
         ids = list(write_ids) if write_ids else [0] * len(keys)
         if any(not isinstance(w, int) or w < 0 for w in ids):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
-        return (
-            yield from self._per_key(
-                tenant, keys, lambda t, i, k, now: step(client_id, t, k, now, ids[i])
-            )
-        )
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or not self._batch_size_ok(keys):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
+        scope: str = resolved  # narrowed for the closure
+
+        # One call per key (the end or revoke itself): this runs for every key of a batch.
+        def each(i: int, key: str, now: float) -> ErrorCode:
+            if not valid_key(key):
+                return ErrorCode.INVALID_PARAMS
+            return step(client_id, scope, key, now, ids[i])
+
+        return (yield from map_in_slices(self._lock, keys, self._begin_slice, each))
 
     def _end_one(
         self,
