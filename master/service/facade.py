@@ -44,7 +44,7 @@ from mooncake_py.types import (
 
 from ..clock import monotonic_clock
 from ..config import MasterConfig
-from ..state.objects import ObjectMetadata
+from ..state.objects import ObjectMetadata, valid_key
 from ..state.segments import MountedSegment
 from ..state.store import StoreState
 from . import tenant_views
@@ -158,8 +158,13 @@ class MasterService(WriteCalls):
     # Remove family
 
     def remove(self, tenant: str, key: str, force: bool = False) -> ErrorCode:
-        """Delete one key; see :meth:`batch_remove`."""
-        return self.batch_remove(tenant, [key], force)[0]
+        """Delete one key; see :meth:`batch_remove` (the same answers, without the slicing
+        machinery)."""
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or not self._batch_size_ok((key,)) or not valid_key(key):
+            return ErrorCode.INVALID_PARAMS
+        with self._lock:
+            return self._remove_locked(resolved, key, force, self._begin_slice())
 
     def batch_remove(
         self, tenant: str, keys: Sequence[str], force: bool = False
