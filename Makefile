@@ -68,6 +68,13 @@ bench-disk: $(STAMP)
 bench-many: $(STAMP)
 	$(PY) -m tests.bench.many_clients_bench $(BENCH_ARGS)
 
+# The master process's resident set per object after N put_batch writes (one client, no
+# eviction), mooncake-py then upstream Mooncake when .bench-venv-mooncake is usable:
+# make bench-master-rss BENCH_ARGS="--objects 200000 --json bench-results/master-rss.json"
+.PHONY: bench-master-rss
+bench-master-rss: $(STAMP)
+	$(PY) -m tests.bench.master_rss_bench $(BENCH_ARGS)
+
 # What surviving the master costs (memory vs --enable_snapshot vs --enable_ha) and failover
 # times; needs Debian's etcd-server.
 bench-ha: $(STAMP)
