@@ -1,4 +1,4 @@
-"""Object metadata records and the object table.
+"""The object table (the records themselves are in :mod:`.records`, re-exported here).
 
 An object is the value stored under one (tenant, key). It owns one or more replicas, each a byte
 range in some mounted segment. The table keeps two secondary indexes that the background steps
@@ -19,26 +19,37 @@ Thread-safety: none. The master service serializes every call under its lock.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mooncake_py.types import ReplicaStatus, SoftPinAction
+from mooncake_py.types import ReplicaStatus
 
+from .records import (
+    _COMPLETE,
+    _PROCESSING,
+    ObjectId,
+    ObjectMetadata,
+    PendingSoftPin,
+    RareFields,
+    Replica,
+)
 from .tenant_tally import TenantTallies
 
 if TYPE_CHECKING:
     from ..ha.journal import Journal
 
-ObjectId = tuple[str, str]
-"""(tenant, key): the identity of an object."""
+__all__ = [
+    "MAX_KEY_BYTES",
+    "ObjectId",
+    "ObjectMetadata",
+    "ObjectTable",
+    "PendingSoftPin",
+    "RareFields",
+    "Replica",
+    "valid_key",
+]
 
 MAX_KEY_BYTES = 4096
-
-# Module-level names for the states the per-key paths compare by identity (enum members are
-# singletons): a global lookup instead of a class attribute lookup each time.
-_PROCESSING = ReplicaStatus.PROCESSING
-_COMPLETE = ReplicaStatus.COMPLETE
 
 
 def valid_key(key: object) -> bool:
@@ -49,174 +60,6 @@ def valid_key(key: object) -> bool:
     if len(key) <= MAX_KEY_BYTES // 4:
         return len(key) > 0
     return len(key.encode("utf-8", "surrogatepass")) <= MAX_KEY_BYTES
-
-
-@dataclasses.dataclass(slots=True)
-class Replica:
-    """One copy of an object's bytes: ``size`` bytes at ``offset`` inside ``segment_id``."""
-
-    id: int
-    segment_id: str
-    offset: int
-    size: int
-    status: ReplicaStatus
-
-
-@dataclasses.dataclass(slots=True)
-class PendingSoftPin:
-    """A soft-pin request admitted at put start, applied when the write completes."""
-
-    action: SoftPinAction
-    ttl_ms: int
-
-
-class ObjectMetadata:
-    """Everything the master knows about one object.
-
-    Times are seconds on the service clock. ``fresh_until``: reads before it do not renew the
-    object's recency again (it was read moments ago); read leases themselves are held by their
-    readers (:mod:`.reads`). ``soft_pin_deadline`` is the committed TTL soft pin (0 means
-    none); ``hard_pinned`` objects are never evicted. ``write_id`` names the write in flight
-    (its PROCESSING replicas), 0 when none.
-
-    Memory: one record per object, so it is a plain slotted class (no per-instance dict, no
-    dataclass machinery); ``object_id`` is built once here and is the very tuple every index
-    (object table, segment index) keys the object by, so the pair exists once per object.
-    A single replica is held in the record itself, not in a one-element tuple (48 bytes
-    saved per object); :attr:`replicas` answers a tuple either way, and every change goes
-    through :class:`ObjectTable`. ``lru_stamp`` is the eviction policy's stamp of the object
-    (:mod:`.lru`; -1 while it is no candidate), kept here rather than in a dict of the
-    policy's own. Absent optional parts are None, not empty containers. ``tenant`` and
-    ``key`` are read from ``object_id``.
-    """
-
-    __slots__ = (
-        "object_id",
-        "size",
-        "client_id",
-        "put_start_time",
-        "_replicas",
-        "data_type",
-        "fresh_until",
-        "write_id",
-        "hard_pinned",
-        "soft_pin_deadline",
-        "pending_soft_pin",
-        "group_id",
-        "sessions",
-        "readable",
-        "session_weight",
-        "lru_stamp",
-    )
-
-    def __init__(
-        self,
-        tenant: str,
-        key: str,
-        size: int,
-        client_id: str,
-        put_start_time: float,
-        replicas: tuple[Replica, ...],
-        data_type: int = 0,
-        fresh_until: float = 0.0,
-        write_id: int = 0,
-        hard_pinned: bool = False,
-        soft_pin_deadline: float = 0.0,
-        pending_soft_pin: PendingSoftPin | None = None,
-        group_id: str = "",
-    ) -> None:
-        # The tenant and key live in this pair only (see the properties below).
-        self.object_id: ObjectId = (tenant, key)
-        self.size = size
-        self.client_id = client_id
-        self.put_start_time = put_start_time
-        # One replica itself, or a tuple of any other number (see ``replicas``).
-        self._replicas: Replica | tuple[Replica, ...] = (
-            replicas[0] if len(replicas) == 1 else tuple(replicas)
-        )
-        self.data_type = data_type
-        self.fresh_until = fresh_until
-        self.write_id = write_id
-        self.hard_pinned = hard_pinned
-        self.soft_pin_deadline = soft_pin_deadline
-        self.pending_soft_pin = pending_soft_pin
-        self.group_id = group_id
-        # KV sessions holding this object (None rather than an empty set: most objects have
-        # none).
-        self.sessions: set[Any] | None = None
-        # Whether a replica is COMPLETE, kept by ObjectTable on every replica change: the hot
-        # lookup paths test it per key.
-        self.readable = False
-        # Bytes this object contributes to each of its sessions' accounting (size x replicas
-        # when last reweighed); meaningful only while ``sessions`` is set.
-        self.session_weight = 0
-        # The eviction policy's (:class:`.lru.LeaseOrderedLRU`); -1: no candidate.
-        self.lru_stamp = -1
-
-    @property
-    def replicas(self) -> tuple[Replica, ...]:
-        """The object's replicas, as a tuple (a new one-element tuple for a single replica:
-        compare contents, not identity). O(1)."""
-        held = self._replicas
-        if held.__class__ is Replica:
-            return (held,)  # type: ignore[return-value]
-        return held  # type: ignore[return-value]
-
-    @replicas.setter
-    def replicas(self, replicas: Sequence[Replica]) -> None:
-        # Only ObjectTable assigns it (it keeps the indexes in step).
-        self._replicas = replicas[0] if len(replicas) == 1 else tuple(replicas)
-
-    @property
-    def replica_count(self) -> int:
-        """How many replicas the object has, without building a tuple. O(1)."""
-        held = self._replicas
-        return 1 if held.__class__ is Replica else len(held)  # type: ignore[arg-type]
-
-    @property
-    def tenant(self) -> str:
-        """The tenant the object belongs to (the first half of :attr:`object_id`)."""
-        return self.object_id[0]
-
-    @property
-    def key(self) -> str:
-        """The object's key in its tenant (the second half of :attr:`object_id`)."""
-        return self.object_id[1]
-
-    def __repr__(self) -> str:
-        return (
-            f"ObjectMetadata({self.tenant!r}, {self.key!r}, size={self.size}, "
-            f"replicas={self.replicas!r}, write_id={self.write_id})"
-        )
-
-    def complete_replicas(self) -> list[Replica]:
-        """Replicas that hold the whole value and may be read."""
-        held = self._replicas
-        if held.__class__ is Replica:
-            return [held] if held.status is _COMPLETE else []  # type: ignore[list-item,union-attr]
-        return [r for r in held if r.status is _COMPLETE]  # type: ignore[union-attr]
-
-    def processing_replicas(self) -> list[Replica]:
-        """Replicas whose write has started and not yet ended."""
-        held = self._replicas
-        if held.__class__ is Replica:
-            return [held] if held.status is _PROCESSING else []  # type: ignore[list-item,union-attr]
-        return [r for r in held if r.status is _PROCESSING]  # type: ignore[union-attr]
-
-    def is_readable(self) -> bool:
-        """True when at least one replica is COMPLETE. O(1)."""
-        return self.readable
-
-    def is_writing(self) -> bool:
-        """True when a write to some replica is in flight. O(replicas), no allocation (a
-        plain loop: it runs several times per write)."""
-        held = self._replicas
-        if held.__class__ is Replica:
-            return held.status is _PROCESSING  # type: ignore[union-attr]
-        for replica in held:  # type: ignore[union-attr]  # noqa: SIM110 - no generator per call
-            if replica.status is _PROCESSING:
-                return True
-        return False
 
 
 class ObjectTable:
@@ -472,6 +315,9 @@ class ObjectTable:
                 expected_groups.setdefault((meta.tenant, meta.group_id), set()).add(oid)
             if meta.object_id != oid:
                 raise AssertionError(f"object stored under {oid!r} says {meta.object_id!r}")
+            rare = meta._rare  # noqa: SLF001
+            if rare is not None and rare.is_default():
+                raise AssertionError(f"object {oid!r} keeps a side record of defaults")
             if not meta.replicas:
                 raise AssertionError(f"object {oid!r} has no replica")
             held = meta._replicas  # noqa: SLF001

@@ -359,7 +359,9 @@ class SessionRegistry:
             self.memberships -= 1
             if not sessions:
                 session.exclusive_bytes -= held
+                # Both back to their defaults, so the record can drop its side record.
                 meta.sessions = None
+                meta.session_weight = 0
             elif len(sessions) == 1:
                 next(iter(sessions)).exclusive_bytes += held
         session.members.discard(meta.key)

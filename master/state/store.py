@@ -142,9 +142,11 @@ def is_soft_pinned(meta: ObjectMetadata, now: float) -> bool:
     session holding it is pinned.
 
     This is the one test eviction uses; it costs O(sessions on the object) and reads the
-    session flags through the object's references, not through the registry.
+    session flags through the object's references, not through the registry. An object
+    without a side record of rare fields (:class:`.objects.RareFields`) has neither: one test.
     """
-    return meta.soft_pin_deadline > now or pinned_by_session(meta)
+    rare = meta._rare  # noqa: SLF001 - the record's fields without a property call each
+    return rare is not None and (rare.soft_pin_deadline > now or pinned_by_session(meta))
 
 
 _build_descriptor = frozen_builder(ReplicaDescriptor)
@@ -250,7 +252,8 @@ class StoreState:
     def mark_readable(self, meta: ObjectMetadata) -> None:
         """Its in-flight replicas are written: COMPLETE, and an eviction candidate."""
         self.objects.mark_complete(meta)
-        if not meta.hard_pinned:
+        rare = meta._rare  # noqa: SLF001 - hard_pinned without a property call per write
+        if rare is None or not rare.hard_pinned:
             self.policy.on_created(meta.object_id)
 
     def touch(self, meta: ObjectMetadata, now: float) -> None:
@@ -261,7 +264,7 @@ class StoreState:
         of hot keys then cost a dict lookup, not a reordering. Its recency lags its last
         access by at most half a TTL.
         """
-        if meta.fresh_until > now and not meta.group_id:
+        if meta.fresh_until > now and (meta._rare is None or not meta.group_id):  # noqa: SLF001
             return
         fresh = now + self.lease_ttl_s / 2
         members = (

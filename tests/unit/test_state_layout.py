@@ -12,6 +12,7 @@ from mooncake_py.master.state.allocator import OffsetAllocator
 from mooncake_py.master.state.disk_space import DiskSpace
 from mooncake_py.master.state.lru import NOT_A_CANDIDATE, LeaseOrderedLRU, Verdict
 from mooncake_py.master.state.objects import ObjectMetadata, ObjectTable, Replica
+from mooncake_py.master.state.session_registry import SessionLimits, SessionRegistry
 from mooncake_py.types import ReplicaStatus
 
 
@@ -126,3 +127,72 @@ def test_the_table_check_sees_a_lost_tag() -> None:
 
 
 _COMPLETE = ReplicaStatus.COMPLETE
+
+
+def test_a_record_keeps_its_rare_fields_apart_only_while_one_is_set() -> None:
+    replica = Replica(1, "s0", 0, 64, _COMPLETE)
+    meta = ObjectMetadata("", "k", 64, "c", 0.0, (replica,))
+    assert meta.rare_fields is None
+    assert (meta.hard_pinned, meta.soft_pin_deadline, meta.group_id) == (False, 0.0, "")
+    assert (meta.sessions, meta.session_weight) == (None, 0)
+    meta.soft_pin_deadline = 0.0  # a default: still no side record
+    meta.sessions = None
+    assert meta.rare_fields is None
+    meta.hard_pinned = True
+    meta.soft_pin_deadline = 12.5
+    meta.group_id = "g"
+    meta.sessions = {"session"}
+    meta.session_weight = 64
+    assert meta.rare_fields is not None
+    assert (meta.hard_pinned, meta.soft_pin_deadline, meta.group_id) == (True, 12.5, "g")
+    assert (meta.sessions, meta.session_weight) == ({"session"}, 64)
+    meta.hard_pinned = False
+    meta.soft_pin_deadline = 0.0
+    meta.group_id = ""
+    meta.sessions = None
+    assert meta.rare_fields is not None and meta.session_weight == 64  # one field still set
+    meta.session_weight = 0
+    assert meta.rare_fields is None
+    built = ObjectMetadata("", "k2", 64, "c", 0.0, (replica,), group_id="g", hard_pinned=True)
+    assert built.rare_fields is not None and built.group_id == "g" and built.hard_pinned
+    assert ObjectMetadata("", "k3", 64, "c", 0.0, (replica,), group_id="").rare_fields is None
+
+
+@pytest.mark.parametrize("field", ["hard_pinned", "soft_pin_deadline", "group_id", "sessions"])
+def test_each_rare_field_alone_keeps_the_side_record(field: str) -> None:
+    meta = ObjectMetadata("", "k", 64, "c", 0.0, (Replica(1, "s0", 0, 64, _COMPLETE),))
+    default = getattr(meta, field)
+    setattr(
+        meta,
+        field,
+        {"hard_pinned": True, "soft_pin_deadline": 3.0, "group_id": "g"}.get(field, {"session"}),
+    )
+    assert meta.rare_fields is not None and not meta.rare_fields.is_default()
+    setattr(meta, field, default)
+    assert meta.rare_fields is None
+
+
+def test_the_table_check_sees_a_side_record_of_defaults() -> None:
+    table = ObjectTable()
+    meta = ObjectMetadata("", "k", 64, "c", 0.0, (Replica(1, "s0", 0, 64, _COMPLETE),))
+    meta.group_id = "g"
+    table.insert(meta)
+    table.check()
+    assert meta.rare_fields is not None
+    meta.rare_fields.group_id = ""  # behind the setters' back: the record should have gone
+    with pytest.raises(AssertionError, match="side record of defaults"):
+        table.check()
+
+
+def test_leaving_the_last_session_drops_the_side_record() -> None:
+    registry = SessionRegistry(SessionLimits())
+    meta = ObjectMetadata("", "k", 64, "c", 0.0, (Replica(1, "s0", 0, 64, _COMPLETE),))
+    table = ObjectTable(on_reweigh=registry.reweigh)
+    table.insert(meta)
+    registry.add(meta, ["a", "b"], 0.0)
+    assert meta.rare_fields is not None and meta.session_weight == 64
+    registry.check(table)
+    registry.on_object_removed(meta)
+    assert meta.sessions is None and meta.rare_fields is None
+    registry.check(table)
+    table.check()
