@@ -19,7 +19,10 @@ it is no candidate), and the order is one sorted list of those records keyed by 
 candidate costs a reference in that list and one in its key list (about 16 bytes) plus its
 stamp, instead of an entry in an id-to-stamp dict and another in a stamp-to-id map. The
 policy reaches a record from an object id through ``records`` (the object table's lookup);
-without one it keeps small records of its own, for callers that track plain ids.
+without one it keeps small records of its own, for callers that track plain ids. A caller
+holding the record already (the write path, reads) passes it itself
+(:meth:`LeaseOrderedLRU.on_record_created`, :meth:`LeaseOrderedLRU.on_record_touched`): no
+id is built and nothing is looked up.
 
 Complexity: events O(log n); a selection O(limit · log n).
 
@@ -151,7 +154,12 @@ class LeaseOrderedLRU:
             if self._own is None:
                 raise KeyError(f"no record for eviction candidate {object_id!r}")
             record = self._own[object_id] = _Candidate(object_id)
-        elif record.lru_stamp >= 0:
+        self.on_record_created(record)
+
+    def on_record_created(self, record: Any) -> None:
+        """:meth:`on_created` given the record ``records`` resolves the object's id to (no
+        lookup: the write path has it at hand). O(log n)."""
+        if record.lru_stamp >= 0:
             # Removed under its old stamp (the list finds it by its key), then re-stamped.
             self._order.remove(record)
         record.lru_stamp = next(self._clock)
@@ -160,7 +168,13 @@ class LeaseOrderedLRU:
     def on_touched(self, object_id: Hashable) -> None:
         """O(log n); ignored for objects that are not candidates (e.g. hard pinned)."""
         record = self._records(object_id)
-        if record is not None and record.lru_stamp >= 0:
+        if record is not None:
+            self.on_record_touched(record)
+
+    def on_record_touched(self, record: Any) -> None:
+        """:meth:`on_touched` given the record ``records`` resolves the object's id to.
+        O(log n); ignored for a record that is no candidate."""
+        if record.lru_stamp >= 0:
             self._order.remove(record)
             record.lru_stamp = next(self._clock)
             self._order.add(record)

@@ -11,6 +11,12 @@ and segment removal need without scanning every object:
   in the allocator's map, so the index costs no memory of its own. The table reaches the
   allocators through ``allocator_of``; a segment that is not mounted has no index.
 
+The table files each record under its key alone: ``_objects`` maps a key to its record, or,
+for a key that several tenants use, to a dict of their records by tenant. No (tenant, key)
+tuple is kept per object (the records build :attr:`~.records.ObjectMetadata.object_id` on
+demand), and a lookup stays one dict probe plus a tenant comparison. The processing index is
+keyed by the records themselves, for the same reason.
+
 It also keeps each tenant's figures (objects, bytes held, bytes per segment) in
 :attr:`ObjectTable.tallies` (:mod:`.tenant_tally`), updated by the same four mutations.
 
@@ -63,7 +69,10 @@ def valid_key(key: object) -> bool:
 
 
 class ObjectTable:
-    """All objects, keyed by (tenant, key), plus the indexes described in the module docstring.
+    """All objects, found by (tenant, key), plus the indexes described in the module docstring.
+
+    Iteration order (:meth:`snapshot`): first-insertion order of the keys; the objects of a
+    key several tenants hold come together at that key's place.
 
     Every mutation of an object's replica list goes through this class so the indexes stay
     exact; :meth:`check` verifies them against a recount.
@@ -82,10 +91,14 @@ class ObjectTable:
         """
         self._on_reweigh = on_reweigh
         self._allocator_of = allocator_of
-        self._objects: dict[ObjectId, ObjectMetadata] = {}
-        # Insertion order is put-start order: re-puts delete and reinsert, so the oldest
-        # in-flight write is always first.
-        self._processing: dict[ObjectId, float] = {}
+        # Key -> its record, or {tenant: record} (two or more) for a key several tenants hold.
+        self._objects: dict[str, ObjectMetadata | dict[str, ObjectMetadata]] = {}
+        self._count = 0
+        # How many keys of ``_objects`` hold a dict of tenants (0: every value is a record).
+        self._shared_keys = 0
+        # Record -> put start time. Insertion order is put-start order: re-puts delete and
+        # reinsert, so the oldest in-flight write is always first.
+        self._processing: dict[ObjectMetadata, float] = {}
         self._groups: dict[tuple[str, str], dict[ObjectId, None]] = {}
         # Read-only outside this class: every change below keeps it exact.
         self.tallies = TenantTallies()
@@ -96,32 +109,57 @@ class ObjectTable:
         self._attempts: dict[ObjectId, int] = {}
 
     def __len__(self) -> int:
-        return len(self._objects)
+        return self._count
 
     def get(self, object_id: ObjectId) -> ObjectMetadata | None:
-        """Return the object or None. O(1)."""
-        return self._objects.get(object_id)
+        """Return the object or None. O(1): one dict probe and a tenant comparison."""
+        held = self._objects.get(object_id[1])
+        if held is None:
+            return None
+        if held.__class__ is ObjectMetadata:
+            return held if held.tenant == object_id[0] else None  # type: ignore[union-attr]
+        return held.get(object_id[0])  # type: ignore[union-attr]
 
     def items_of_tenant(self, tenant: str) -> list[ObjectMetadata]:
         """Snapshot of the objects in ``tenant``. O(total objects)."""
-        return [m for (t, _), m in self._objects.items() if t == tenant]
+        return [m for m in self.snapshot() if m.tenant == tenant]
 
     def __iter__(self) -> Iterator[ObjectMetadata]:
         return iter(self.snapshot())
 
     def snapshot(self) -> list[ObjectMetadata]:
         """Every object now, as a list of references the caller may walk while the table
-        changes (one C-level copy: O(objects) with a tiny constant)."""
-        return list(self._objects.values())
+        changes (one C-level copy while no key is shared by tenants: O(objects) with a tiny
+        constant)."""
+        if not self._shared_keys:
+            return list(self._objects.values())  # type: ignore[arg-type]
+        every: list[ObjectMetadata] = []
+        for held in self._objects.values():
+            if held.__class__ is ObjectMetadata:
+                every.append(held)  # type: ignore[arg-type]
+            else:
+                every.extend(held.values())  # type: ignore[union-attr]
+        return every
 
     def insert(self, meta: ObjectMetadata) -> None:
         """Add a new object. Raises KeyError when the id is already present."""
-        oid = meta.object_id
-        if oid in self._objects:
-            raise KeyError(f"object {oid!r} already exists")
-        self._objects[oid] = meta
+        key = meta.key
+        objects = self._objects
+        filed = objects.get(key)
+        if filed is None:
+            objects[key] = meta
+        elif filed.__class__ is ObjectMetadata:
+            if filed.tenant == meta.tenant:  # type: ignore[union-attr]
+                raise KeyError(f"object {meta.object_id!r} already exists")
+            objects[key] = {filed.tenant: filed, meta.tenant: meta}  # type: ignore[union-attr,dict-item]
+            self._shared_keys += 1
+        else:
+            if meta.tenant in filed:  # type: ignore[operator]
+                raise KeyError(f"object {meta.object_id!r} already exists")
+            filed[meta.tenant] = meta  # type: ignore[index]
+        self._count += 1
         if meta.group_id:
-            self._groups.setdefault((meta.tenant, meta.group_id), {})[oid] = None
+            self._groups.setdefault((meta.tenant, meta.group_id), {})[meta.object_id] = None
         allocator_of = self._allocator_of
         if allocator_of is not None:
             held = meta._replicas  # noqa: SLF001 - the table owns the record's replicas
@@ -135,14 +173,14 @@ class ObjectTable:
         self.tallies.on_inserted(meta)
         self._refresh_processing(meta)
         if self.journal is not None:
-            self.journal.object(oid)
+            self.journal.object(meta.object_id)
 
     def erase(self, object_id: ObjectId) -> ObjectMetadata | None:
         """Remove an object and its index entries; returns it (or None if absent)."""
-        meta = self._objects.pop(object_id, None)
+        meta = self._pop(object_id)
         if meta is None:
             return None
-        self._processing.pop(object_id, None)
+        self._processing.pop(meta, None)
         self._attempts.pop(object_id, None)
         if self._allocator_of is not None:
             for replica in meta.replicas:
@@ -155,6 +193,29 @@ class ObjectTable:
             group.pop(object_id, None)
             if not group:
                 del self._groups[(meta.tenant, meta.group_id)]
+        return meta
+
+    def _pop(self, object_id: ObjectId) -> ObjectMetadata | None:
+        """Take the record of ``object_id`` out of ``_objects`` (None: absent). O(1)."""
+        tenant, key = object_id
+        objects = self._objects
+        held = objects.get(key)
+        if held is None:
+            return None
+        if held.__class__ is ObjectMetadata:
+            if held.tenant != tenant:  # type: ignore[union-attr]
+                return None
+            del objects[key]
+            meta: ObjectMetadata | None = held  # type: ignore[assignment]
+        else:
+            meta = held.pop(tenant, None)  # type: ignore[union-attr,arg-type]
+            if meta is None:
+                return None
+            if len(held) == 1:  # type: ignore[arg-type]
+                # Back to a record of its own (the key keeps its place in the order).
+                objects[key] = next(iter(held.values()))  # type: ignore[union-attr]
+                self._shared_keys -= 1
+        self._count -= 1
         return meta
 
     def drop_replicas(self, meta: ObjectMetadata, doomed: Sequence[Replica]) -> None:
@@ -221,8 +282,9 @@ class ObjectTable:
                     flipped = True
         # ``readable`` was exact before: a COMPLETE replica now is an old one or a flipped one.
         meta.readable = meta.readable or flipped
-        self._processing.pop(meta.object_id, None)
-        self._attempts.pop(meta.object_id, None)
+        self._processing.pop(meta, None)
+        if self._attempts:
+            self._attempts.pop(meta.object_id, None)
         if self.journal is not None:
             self.journal.object(meta.object_id)
 
@@ -241,14 +303,15 @@ class ObjectTable:
 
     def group_members(self, tenant: str, group_id: str) -> list[ObjectMetadata]:
         """Current members of a group. O(members)."""
-        return [self._objects[o] for o in self._groups.get((tenant, group_id), ())]
+        found = [self.get(o) for o in self._groups.get((tenant, group_id), ())]
+        return [m for m in found if m is not None]  # all of them: the index is exact
 
     def objects_on_segment(self, segment_id: str) -> list[ObjectId]:
         """Ids of objects with a replica in ``segment_id``. O(result)."""
         if self._allocator_of is None:
             return [
                 m.object_id
-                for m in self._objects.values()
+                for m in self.snapshot()
                 if any(r.segment_id == segment_id for r in m.replicas)
             ]
         allocator = self._allocator_of(segment_id)
@@ -258,7 +321,7 @@ class ObjectTable:
 
     def oldest_processing(self) -> Iterator[tuple[ObjectId, float]]:
         """In-flight writes, oldest put start first. Safe to mutate the table while iterating."""
-        return iter(list(self._processing.items()))
+        return iter([(meta.object_id, started) for meta, started in self._processing.items()])
 
     def _refresh_processing(self, meta: ObjectMetadata) -> None:
         """Re-derive what depends on replica states: the processing index and ``readable``.
@@ -278,11 +341,12 @@ class ObjectTable:
                     writing = True
         meta.readable = readable
         if writing:
-            if meta.object_id not in self._processing:
-                self._processing[meta.object_id] = meta.put_start_time
+            if meta not in self._processing:
+                self._processing[meta] = meta.put_start_time
         else:
-            self._processing.pop(meta.object_id, None)
-            self._attempts.pop(meta.object_id, None)
+            self._processing.pop(meta, None)
+            if self._attempts:
+                self._attempts.pop(meta.object_id, None)
 
     def _index_segment(self, meta: ObjectMetadata, replica: Replica) -> None:
         # A replica whose allocation is missing is left out: check() reports it.
@@ -308,9 +372,9 @@ class ObjectTable:
             AssertionError: an index disagrees with the objects, or an object is malformed.
         """
         expected_segments: dict[str, set[tuple[ObjectId, int]]] = {}
-        expected_processing: set[ObjectId] = set()
+        expected_processing: set[ObjectMetadata] = set()
         expected_groups: dict[tuple[str, str], set[ObjectId]] = {}
-        for oid, meta in self._objects.items():
+        for oid, meta in self._filed():
             if meta.group_id:
                 expected_groups.setdefault((meta.tenant, meta.group_id), set()).add(oid)
             if meta.object_id != oid:
@@ -329,7 +393,7 @@ class ObjectTable:
             for replica in meta.replicas:
                 expected_segments.setdefault(replica.segment_id, set()).add((oid, replica.offset))
             if meta.is_writing():
-                expected_processing.add(oid)
+                expected_processing.add(meta)
             if meta.readable != any(r.status is ReplicaStatus.COMPLETE for r in meta.replicas):
                 raise AssertionError(f"object {oid!r} readable flag is stale")
         if self._allocator_of is not None:
@@ -338,9 +402,33 @@ class ObjectTable:
             raise AssertionError("group index disagrees with objects")
         if set(self._processing) != expected_processing:
             raise AssertionError("processing index disagrees with replica states")
-        if not set(self._attempts) <= expected_processing:
+        if not set(self._attempts) <= {m.object_id for m in expected_processing}:
             raise AssertionError("an attempt id outlived its write")
-        self.tallies.check(self._objects.values())
+        self.tallies.check(self.snapshot())
+
+    def _filed(self) -> list[tuple[ObjectId, ObjectMetadata]]:
+        """Every record with the (tenant, key) it is filed under, after checking the shape of
+        ``_objects``: a dict of tenants holds two or more records, ``_shared_keys`` counts
+        those dicts, and ``_count`` every record. O(objects).
+
+        Raises:
+            AssertionError: the shape or a count is wrong.
+        """
+        filed: list[tuple[ObjectId, ObjectMetadata]] = []
+        shared = 0
+        for key, held in self._objects.items():
+            if held.__class__ is ObjectMetadata:
+                filed.append(((held.tenant, key), held))  # type: ignore[union-attr,arg-type]
+                continue
+            if not isinstance(held, dict) or len(held) < 2:
+                raise AssertionError(f"key {key!r} holds {held!r}: neither a record nor tenants")
+            shared += 1
+            filed.extend(((tenant, key), meta) for tenant, meta in held.items())
+        if shared != self._shared_keys:
+            raise AssertionError(f"{shared} keys shared by tenants, counted {self._shared_keys}")
+        if len(filed) != self._count:
+            raise AssertionError(f"{len(filed)} objects filed, counted {self._count}")
+        return filed
 
     def _check_segment_index(
         self,
@@ -363,7 +451,7 @@ class ObjectTable:
                 if owner is None:
                     continue
                 object_id = owner.object_id
-                if self._objects.get(object_id) is not owner:
+                if self.get(object_id) is not owner:
                     raise AssertionError(f"segment {segment_id}: tag of a gone object at {offset}")
                 tagged.add((object_id, offset))
             if tagged != expected.get(segment_id, set()):

@@ -85,21 +85,22 @@ class ObjectMetadata:
     (its PROCESSING replicas), 0 when none.
 
     Memory: one record per object, so it is a plain slotted class (no per-instance dict, no
-    dataclass machinery); ``object_id`` is built once here and is the very tuple every index
-    (object table, segment index) keys the object by, so the pair exists once per object.
-    A single replica is held in the record itself, not in a one-element tuple (48 bytes
-    saved per object); :attr:`replicas` answers a tuple either way, and every change goes
-    through :class:`ObjectTable`. ``lru_stamp`` is the eviction policy's stamp of the object
-    (:mod:`.lru`; -1 while it is no candidate), kept here rather than in a dict of the
-    policy's own. Absent optional parts are None, not empty containers. ``tenant`` and
-    ``key`` are read from ``object_id``. ``hard_pinned``, ``soft_pin_deadline``,
-    ``group_id``, ``sessions`` and ``session_weight`` are properties over a side record
-    (:class:`RareFields`) that exists only while one of them is set: 32 bytes less per
-    object; they read and assign as plain attributes.
+    dataclass machinery). It holds its ``tenant`` and ``key`` as two slots and builds
+    :attr:`object_id` on demand: no (tenant, key) tuple lives per object (56 bytes), as the
+    object table files records by their key (:class:`.objects.ObjectTable`). A single
+    replica is held in the record itself, not in a one-element tuple (48 bytes saved per
+    object); :attr:`replicas` answers a tuple either way, and every change goes through
+    :class:`.objects.ObjectTable`. ``lru_stamp`` is the eviction policy's stamp of the
+    object (:mod:`.lru`; -1 while it is no candidate), kept here rather than in a dict of the
+    policy's own. Absent optional parts are None, not empty containers. ``hard_pinned``,
+    ``soft_pin_deadline``, ``group_id``, ``sessions`` and ``session_weight`` are properties
+    over a side record (:class:`RareFields`) that exists only while one of them is set: 32
+    bytes less per object; they read and assign as plain attributes.
     """
 
     __slots__ = (
-        "object_id",
+        "tenant",
+        "key",
         "size",
         "client_id",
         "put_start_time",
@@ -129,8 +130,9 @@ class ObjectMetadata:
         pending_soft_pin: PendingSoftPin | None = None,
         group_id: str = "",
     ) -> None:
-        # The tenant and key live in this pair only (see the properties below).
-        self.object_id: ObjectId = (tenant, key)
+        # Never changed: the object table files the record under them.
+        self.tenant = tenant
+        self.key = key
         self.size = size
         self.client_id = client_id
         self.put_start_time = put_start_time
@@ -268,14 +270,10 @@ class ObjectMetadata:
         return 1 if held.__class__ is Replica else len(held)  # type: ignore[arg-type]
 
     @property
-    def tenant(self) -> str:
-        """The tenant the object belongs to (the first half of :attr:`object_id`)."""
-        return self.object_id[0]
-
-    @property
-    def key(self) -> str:
-        """The object's key in its tenant (the second half of :attr:`object_id`)."""
-        return self.object_id[1]
+    def object_id(self) -> ObjectId:
+        """(tenant, key): the object's identity, as a new tuple per call (compare it, do not
+        count on its identity; a path that needs it many times keeps it). O(1)."""
+        return (self.tenant, self.key)
 
     def __repr__(self) -> str:
         return (

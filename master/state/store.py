@@ -254,7 +254,8 @@ class StoreState:
         self.objects.mark_complete(meta)
         rare = meta._rare  # noqa: SLF001 - hard_pinned without a property call per write
         if rare is None or not rare.hard_pinned:
-            self.policy.on_created(meta.object_id)
+            # The record itself: the table resolves the object's id to it (no id built).
+            self.policy.on_record_created(meta)
 
     def touch(self, meta: ObjectMetadata, now: float) -> None:
         """A read or existence check: count the access (for its whole group when it has one).
@@ -272,8 +273,9 @@ class StoreState:
         )
         disks = self.segments.has_disks
         for member in members:
-            if member.fresh_until <= now and member.object_id in self.policy:
-                self.policy.on_touched(member.object_id)
+            # A member's stamp is the policy's (-1: no candidate): no id built, no lookup.
+            if member.fresh_until <= now and member.lru_stamp >= 0:
+                self.policy.on_record_touched(member)
             if disks:
                 self.disk.touched(member.object_id)
             member.fresh_until = max(member.fresh_until, fresh)

@@ -196,3 +196,77 @@ def test_leaving_the_last_session_drops_the_side_record() -> None:
     assert meta.sessions is None and meta.rare_fields is None
     registry.check(table)
     table.check()
+
+
+def _record(tenant: str, key: str, replica_id: int = 1) -> ObjectMetadata:
+    replica = Replica(replica_id, "s0", 0, 64, ReplicaStatus.PROCESSING)
+    return ObjectMetadata(tenant, key, 64, "c", float(replica_id), (replica,))
+
+
+def test_the_table_files_records_by_key_and_shares_a_key_among_tenants() -> None:
+    table = ObjectTable()
+    a, b, c = _record("ta", "k", 1), _record("tb", "k", 2), _record("ta", "other", 3)
+    for meta in (a, c, b):
+        table.insert(meta)
+    assert table.get(("ta", "k")) is a and table.get(("tb", "k")) is b
+    assert table.get(("tc", "k")) is None and table.get(("tb", "other")) is None
+    assert table._objects["k"] == {"ta": a, "tb": b}  # noqa: SLF001
+    assert table._objects["other"] is c and a.object_id == ("ta", "k")  # noqa: SLF001
+    assert len(table) == 3 and table.snapshot() == [a, b, c]
+    assert table.items_of_tenant("ta") == [a, c]
+    with pytest.raises(KeyError):
+        table.insert(_record("tb", "k", 4))
+    table.check()
+    assert table.erase(("tc", "k")) is None and table.erase(("ta", "k")) is a
+    assert table._objects["k"] is b and table.get(("ta", "k")) is None  # noqa: SLF001
+    assert table.snapshot() == [b, c] and len(table) == 2
+    table.check()
+    assert table.erase(("tb", "k")) is b and "k" not in table._objects  # noqa: SLF001
+    assert table.erase(("tb", "k")) is None and len(table) == 1
+    table.check()
+
+
+def test_the_processing_index_holds_records_and_answers_ids_in_put_order() -> None:
+    table = ObjectTable()
+    first, second = _record("ta", "k", 1), _record("tb", "k", 2)
+    table.insert(first)
+    table.insert(second)
+    assert list(table.oldest_processing()) == [(("ta", "k"), 1.0), (("tb", "k"), 2.0)]
+    table.set_attempt(first, 7)
+    assert table.attempt_of(("ta", "k")) == 7 and table.attempt_of(("tb", "k")) == 0
+    table.mark_complete(first)
+    assert list(table.oldest_processing()) == [(("tb", "k"), 2.0)]
+    assert table.attempt_of(("ta", "k")) == 0
+    table.check()
+    table.erase(("tb", "k"))
+    assert list(table.oldest_processing()) == []
+    table.check()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("lone tenant", "neither a record nor tenants"),
+        ("shared count", "keys shared by tenants"),
+        ("count", "objects filed, counted"),
+        ("wrong key", "stored under"),
+    ],
+)
+def test_the_table_check_sees_a_broken_key_filing(damage: str, message: str) -> None:
+    table = ObjectTable()
+    table.insert(_record("ta", "k", 1))
+    table.insert(_record("tb", "k", 2))
+    table.insert(_record("ta", "j", 3))
+    table.check()
+    objects = table._objects  # noqa: SLF001
+    if damage == "lone tenant":
+        objects["j"] = {"ta": objects["j"]}  # type: ignore[dict-item]
+        table._shared_keys += 1  # noqa: SLF001
+    elif damage == "shared count":
+        table._shared_keys = 0  # noqa: SLF001
+    elif damage == "count":
+        table._count += 1  # noqa: SLF001
+    else:
+        objects["x"] = objects.pop("j")
+    with pytest.raises(AssertionError, match=message):
+        table.check()
