@@ -374,26 +374,18 @@ class WritePath:
         )
 
     def _new_replicas(self, allocations: list[Allocation], size: int) -> tuple[Replica, ...]:
-        if len(allocations) == 1:  # the common write: one replica
-            (a,) = allocations
-            return (
-                Replica(
-                    self._state.next_replica_id(),
-                    a.segment.info.id,
-                    a.offset,
-                    size,
-                    ReplicaStatus.PROCESSING,
-                ),
-            )
-        return tuple(
-            Replica(
-                self._state.next_replica_id(),
-                a.segment.info.id,
-                a.offset,
-                size,
-                ReplicaStatus.PROCESSING,
-            )
-            for a in allocations
+        if len(allocations) == 1:  # the common write: one replica, no generator
+            return (self._new_replica(allocations[0], size),)
+        return tuple(self._new_replica(a, size) for a in allocations)
+
+    def _new_replica(self, allocation: Allocation, size: int) -> Replica:
+        """A PROCESSING replica of ``size`` bytes in ``allocation``, with a new replica id."""
+        return Replica(
+            self._state.next_replica_id(),
+            allocation.segment.info.id,
+            allocation.offset,
+            size,
+            ReplicaStatus.PROCESSING,
         )
 
     def _preempt(self, stale: ObjectMetadata, now: float) -> None:
