@@ -224,7 +224,8 @@ def capture_sliced(
     with lock:
         image = RowImage()
         image.seq = seq_now()
-        object_ids = [m.object_id for m in state.objects.snapshot()]
+        # References only: the ids (tuples built per record) are made in the later slices.
+        records = state.objects.snapshot()
         image.next_write_id, image.next_replica_id = state.peek_next_ids()
         image.kv_cache_released_tenants = set(state.kv_cache_released_tenants)
         for mounted in state.segments.all_segments():
@@ -249,11 +250,13 @@ def capture_sliced(
                 session_row = capture.session_row(tenant, session_id, base)
                 if session_row is not None:
                     image.sessions[(tenant, session_id)] = session_row
-    for start in range(0, len(object_ids), ROWS_PER_SLICE):
+    for start in range(0, len(records), ROWS_PER_SLICE):
         yield None
         with lock:
             base = times()
-            for object_id in object_ids[start : start + ROWS_PER_SLICE]:
+            for record in records[start : start + ROWS_PER_SLICE]:
+                # Whatever is stored under the record's id now (it may have been replaced).
+                object_id = (record.tenant, record.key)
                 meta = state.objects.get(object_id)
                 if meta is not None:
                     image.objects[object_id] = capture.object_row(meta, base)
