@@ -152,24 +152,21 @@ class WritePath:
             code = sessions.check_admission(tenant, [(existing, key, tags)])
             if code != ErrorCode.OK:
                 return PutStartResult(code)
-        if not tags and not upsert:  # the common write: no sessions to hold or join
-            result = self.put_start(client_id, tenant, key, size, config, group_id or "", pin, now)
-        else:
-            held = sessions.hold(tenant, tags) if tags else []
-            try:
-                if upsert:
-                    result = self.upsert_start(
-                        client_id, tenant, key, size, config, group_id, pin, now
-                    )
-                else:
-                    result = self.put_start(
-                        client_id, tenant, key, size, config, group_id or "", pin, now
-                    )
-                if tags and result.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS):
-                    meta = self._state.objects.get((tenant, key))
-                    if meta is not None:
-                        sessions.add(meta, tags, now)
-            finally:
+        # An untagged write (the common one) holds no sessions and has none to release.
+        held = sessions.hold(tenant, tags) if tags else None
+        try:
+            if upsert:
+                result = self.upsert_start(client_id, tenant, key, size, config, group_id, pin, now)
+            else:
+                result = self.put_start(
+                    client_id, tenant, key, size, config, group_id or "", pin, now
+                )
+            if tags and result.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS):
+                meta = self._state.objects.get((tenant, key))
+                if meta is not None:
+                    sessions.add(meta, tags, now)
+        finally:
+            if held is not None:
                 sessions.release_hold(held)
         if attempt_id and result.code == ErrorCode.OK:
             started = self._state.objects.get((tenant, key))
