@@ -206,11 +206,7 @@ def _upstream_usable(wanted: bool, workload: Workload) -> str:
             f"skipped: its segments must be at least {UPSTREAM_MIN_SEGMENT // MIB} MiB and the"
             f" memory here is {workload.memory_bytes / MIB:.1f} MiB"
         )
-    try:
-        up.ensure(up.default_venv(), install_deps=False)
-    except up.UpstreamUnavailable as exc:
-        return str(exc).splitlines()[0]
-    return ""
+    return up.unusable_reason()
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -157,11 +157,7 @@ def _upstream_problem(args: argparse.Namespace) -> str:
         return "skipped (--no-upstream)"
     if args.segment_mib < UPSTREAM_MIN_SEGMENT_MIB:
         return f"skipped: its segments must be at least {UPSTREAM_MIN_SEGMENT_MIB} MiB"
-    try:
-        up.ensure(up.default_venv(), install_deps=args.install_deps)
-    except up.UpstreamUnavailable as exc:
-        return str(exc).splitlines()[0]
-    return ""
+    return up.unusable_reason(args.install_deps)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -281,11 +281,7 @@ def _upstream_problem(args: argparse.Namespace) -> str:
     """ "" when upstream runs; otherwise why not."""
     if args.no_upstream:
         return "skipped (--no-upstream)"
-    try:
-        up.ensure(up.default_venv(), install_deps=args.install_deps)
-    except up.UpstreamUnavailable as exc:
-        return str(exc).splitlines()[0]
-    return ""
+    return up.unusable_reason(args.install_deps)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

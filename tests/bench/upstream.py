@@ -129,6 +129,16 @@ def ensure(venv: Path, install_deps: bool, log: IO[str] = sys.stderr) -> Path:
     return venv_python(venv)
 
 
+def unusable_reason(install_deps: bool = False) -> str:
+    """ "" when upstream in the default venv can run (after installing it, with
+    ``install_deps``); otherwise the first line of why not, for a report's "skipped" line."""
+    try:
+        ensure(default_venv(), install_deps=install_deps)
+    except UpstreamUnavailable as exc:
+        return str(exc).splitlines()[0]
+    return ""
+
+
 def _run(command: Sequence[str], log: IO[str]) -> None:
     print(f"[install] {' '.join(command)}", file=log, flush=True)
     result = subprocess.run(command, stdout=log, stderr=log, check=False)
