@@ -48,6 +48,7 @@ from ..state.objects import ObjectMetadata, valid_key
 from ..state.segments import MountedSegment
 from ..state.store import StoreState
 from . import tenant_views
+from .batch_start import BatchStart
 from .context import DEFAULT_TENANT, ServiceContext, TenantResolver
 from .disk_calls import DiskTierService
 from .disk_moves import DiskMoves
@@ -60,7 +61,7 @@ from .removal import RemovalService
 from .replicas import ReplicaService
 from .slices import Steps, drive
 from .tasks import TaskService
-from .write_calls import WriteCalls
+from .write_calls import MAX_VALUE_BYTES, WriteCalls
 from .writes import WritePath
 
 SERVICE_VERSION = "mooncake-py/0.1.0"
@@ -112,6 +113,7 @@ class MasterService(WriteCalls):
         disk_moves = DiskMoves(self._state)
         self._evictor = Evictor(self._state, disk_moves)
         self._writes = WritePath(self._state, self._evictor)
+        self._batch_start = BatchStart(self._state, self._writes, MAX_VALUE_BYTES)
         self._view_version = view_version
         self.reads = ReadService(context, config.max_batch_keys)
         self.reads.disk = disk_moves

@@ -123,3 +123,39 @@ def map_in_slices(
             return results
         yield
         timer.restart()
+
+
+def map_runs_in_slices(
+    lock: AbstractContextManager[object],
+    total: int,
+    start_slice: Callable[[], float],
+    run_step: Callable[[int, int, float], list[R]],
+    run_length: int = CHECK_EVERY,
+    seconds: float = SLICE_SECONDS,
+) -> Steps[list[R]]:
+    """``run_step(first, stop, now)`` (the results of items ``first`` to ``stop - 1``) over
+    consecutive runs of at most ``run_length`` of ``total`` items, concatenated, in slices:
+    :func:`map_in_slices` for a step that handles a run of items at once.
+
+    Each slice holds ``lock`` once, starts with ``now = start_slice()`` and runs whole runs
+    until its time is spent (checked after each run). A batch that fits in one slice never
+    yields.
+
+    Complexity: O(total / run_length) steps plus one clock read per run.
+    """
+    results: list[R] = []
+    position = 0
+    timer = SliceTimer(seconds)
+    while True:
+        with lock:
+            now = start_slice()
+            while position < total:
+                stop = min(position + run_length, total)
+                results += run_step(position, stop, now)
+                position = stop
+                if timer.spent():
+                    break
+        if position >= total:
+            return results
+        yield
+        timer.restart()

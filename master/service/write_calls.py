@@ -22,7 +22,8 @@ from mooncake_py.types import PutStartResult, ReplicateConfig
 from ..config import MasterConfig
 from ..state.objects import PendingSoftPin, valid_key
 from ..state.store import StoreState
-from .slices import Steps, drive, map_in_slices
+from .batch_start import BatchStart, flat_start_applies
+from .slices import Steps, drive, map_in_slices, map_runs_in_slices
 from .writes import WritePath
 
 MAX_REPLICA_NUM = 64
@@ -43,6 +44,7 @@ class WriteCalls:
     _clock: Callable[[], float]
     _resolve_tenant: Callable[[str], str | None]
     _writes: WritePath
+    _batch_start: BatchStart
 
     def put_start(
         self,
@@ -154,6 +156,15 @@ class WriteCalls:
         if admitted is None:
             return [PutStartResult(ErrorCode.INVALID_PARAMS)] * len(keys)
         scope, pin = admitted
+        if flat_start_applies(config, upsert):
+            start_run = self._batch_start.start_run
+
+            def run(first: int, stop: int, now: float) -> list[PutStartResult]:
+                return start_run(
+                    client_id, scope, keys, sizes, config, pin, attempt_id, first, stop, now
+                )
+
+            return (yield from map_runs_in_slices(self._lock, len(keys), self._begin_slice, run))
         groups, tags = config.group_ids, config.kv_sessions
         start = self._writes.start
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import accumulate
 from typing import Any
 
 from sortedcontainers import SortedDict, SortedList
@@ -117,6 +118,53 @@ class OffsetAllocator:
         self._allocations[offset] = rounded
         self._used += rounded
         return offset
+
+    def allocate_run(self, sizes: Sequence[int]) -> list[int] | None:
+        """Reserves one allocation per entry of ``sizes`` (each rounded up to the alignment),
+        side by side in a single free range: what :meth:`allocate` of each would hold, at
+        the cost of one.
+
+        The range is picked as :meth:`allocate` picks one for the run's total (best fit,
+        lowest offset among equals), and the allocations are carved from its start in
+        order. Each is an allocation of its own (freed, tagged and sized as any other).
+
+        Args:
+            sizes: Requested bytes of each allocation, every one positive.
+
+        Returns:
+            The offsets, in the order of ``sizes``; None (nothing reserved) when no free
+            range holds the whole run, or ``sizes`` is empty.
+
+        Raises:
+            ValueError: If a size is not positive.
+
+        Complexity: O(log n + len(sizes)) in the number of free ranges.
+        """
+        if not sizes:
+            return None
+        if min(sizes) <= 0:
+            raise ValueError(f"sizes must be positive, got {min(sizes)}")
+        round_up = self._round_up
+        rounded = list(map(round_up, sizes))
+        total = sum(rounded)
+        idx = self._free_by_size.bisect_left((total, -1))
+        if idx == len(self._free_by_size):
+            return None
+        length, start = self._free_by_size[idx]
+        self._remove_free(start, length)
+        if length > total:
+            self._insert_free(start + total, length - total)
+        # Each allocation starts where the previous one ends (C-level running sums).
+        offsets = list(accumulate(rounded[:-1], initial=start))
+        self._allocations.update(zip(offsets, rounded, strict=True))
+        self._used += total
+        return offsets
+
+    def tag_run(self, offsets: Sequence[int], owners: Sequence[Any]) -> None:
+        """:meth:`tag` of each allocation of a run :meth:`allocate_run` has just returned,
+        with the owner at the same position (whose ``size`` is the size asked for it there).
+        The caller vouches for both (nothing is checked). O(len(offsets)), C-level."""
+        self._allocations.update(zip(offsets, owners, strict=True))
 
     def free(self, offset: int) -> int:
         """Releases the allocation starting at ``offset``.

@@ -26,6 +26,7 @@ Thread-safety: none. The master service serializes every call under its lock.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from mooncake_py.types import ReplicaStatus
@@ -174,6 +175,48 @@ class ObjectTable:
         self._refresh_processing(meta)
         if self.journal is not None:
             self.journal.object(meta.object_id)
+
+    def holds_key(self, key: str) -> bool:
+        """Whether any tenant has an object under ``key``. O(1)."""
+        return key in self._objects
+
+    def insert_run(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        metas: Sequence[ObjectMetadata],
+        segment_id: str,
+        allocator: Any,
+        offsets: Sequence[int],
+        started: float,
+        attempt_id: int = 0,
+    ) -> None:
+        """:meth:`insert` of new objects of one write call, a run of one allocator: what
+        inserting each would do, with the indexes updated by C-level bulk operations.
+
+        The caller vouches for what :meth:`insert` would otherwise find out or branch on:
+        ``metas[i]`` is ``tenant``'s object under ``keys[i]``, no tenant has an object under
+        any of ``keys`` (see :meth:`holds_key`) and they are distinct; each record has no
+        group, was started at ``started`` and has one PROCESSING replica, of its ``size``, at
+        ``offsets[i]`` on ``segment_id``, whose allocator (``allocator``) has just made the
+        run (:meth:`~.allocator.OffsetAllocator.allocate_run`). A non-zero ``attempt_id`` is
+        recorded for each (:meth:`set_attempt`).
+
+        Complexity: O(len(metas)), a few C-level passes.
+        """
+        self._objects.update(zip(keys, metas, strict=True))
+        self._count += len(metas)
+        if self._allocator_of is not None:
+            allocator.tag_run(offsets, metas)
+        self.tallies.on_inserted_run(
+            tenant, segment_id, len(metas), sum(meta.size for meta in metas)
+        )
+        self._processing.update(dict.fromkeys(metas, started))
+        if attempt_id:
+            self._attempts.update(dict.fromkeys(zip(repeat(tenant), keys), attempt_id))
+        if self.journal is not None:
+            for meta in metas:
+                self.journal.object(meta.object_id)
 
     def erase(self, object_id: ObjectId) -> ObjectMetadata | None:
         """Remove an object and its index entries; returns it (or None if absent)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from mooncake_py import capability
@@ -76,6 +76,16 @@ class Allocation:
     segment: MountedSegment
     offset: int
     size: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlacedRun:
+    """Values ``first``, ``first + 1``, ... of a batch (one per entry of ``offsets``),
+    placed side by side in ``segment`` at ``offsets`` (:meth:`SegmentManager.place_batch`)."""
+
+    first: int
+    segment: MountedSegment
+    offsets: list[int]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -412,6 +422,80 @@ class SegmentManager:
                 if len(placed) >= request.replica_num:
                     break
         return placed
+
+    @property
+    def spreads_batches(self) -> bool:
+        """Whether :meth:`place_batch` may place a batch: the random strategy, and every
+        segment everyone's (the common request's conditions in :meth:`allocate`)."""
+        return self._strategy == "random" and not self._restricted
+
+    def place_batch(self, sizes: Sequence[int]) -> list[PlacedRun]:
+        """One replica for each of ``sizes`` (a batch of one-replica writes with no
+        preferences, when :attr:`spreads_batches`), in runs: the batch is cut into as many
+        contiguous parts as there are segment names (at most :data:`MAX_PLACEMENT_TRIES`),
+        part ``r`` going to the ``r``-th name from a random start, each part side by side in
+        one segment of its name (:meth:`~.allocator.OffsetAllocator.allocate_run`). A part no
+        segment of its name holds whole is halved until the pieces fit; a single value that
+        does not fit in its name is left out, for the caller to place as a single write
+        (:meth:`allocate`, which walks the other names and may evict).
+
+        So a batch spreads over the names as evenly as its size allows (upstream's random
+        placement spreads it in expectation), at about one allocator step per name instead
+        of one per value.
+
+        Returns:
+            The runs made, in the order of ``sizes``; together they cover every value placed.
+
+        Complexity: O(len(sizes) + names × log free ranges); O(len(sizes) × log free ranges)
+        when segments are full.
+        """
+        names = list(self._by_name)
+        count, total = len(names), len(sizes)
+        if not count or not total:
+            return []
+        parts = min(count, total, MAX_PLACEMENT_TRIES)
+        start = self._rng.randrange(count)
+        placed: list[PlacedRun] = []
+        for part in range(parts):
+            self._place_run(
+                names[(start + part) % count],
+                sizes,
+                part * total // parts,
+                (part + 1) * total // parts,
+                placed,
+            )
+        return placed
+
+    def _place_run(
+        self, name: str, sizes: Sequence[int], low: int, high: int, placed: list[PlacedRun]
+    ) -> None:
+        """Place ``sizes[low:high]`` side by side in one segment of ``name`` (halving the part
+        when none holds it whole) and append the runs made to ``placed``."""
+        segments = self._by_name[name]
+        part = sizes[low:high]
+        least = sum(part)  # the rounded run is at least as long
+        first = self._rng.randrange(len(segments)) if len(segments) > 1 else 0
+        for i in range(len(segments)):
+            segment = segments[(first + i) % len(segments)]
+            allocator = segment.allocator
+            if least > allocator.largest_free_block:
+                continue
+            offsets = allocator.allocate_run(part)  # type: ignore[union-attr]
+            if offsets is None:
+                continue
+            segment_id = segment.info.id
+            if self.on_allocated is not None:
+                end = offsets[-1] + allocator.size_of(offsets[-1])
+                self.on_allocated(segment_id, offsets[0], end - offsets[0])
+            if self.journal is not None:
+                for offset in offsets:
+                    self.journal.allocated(segment_id, offset, allocator.size_of(offset))
+            placed.append(PlacedRun(low, segment, offsets))
+            return
+        if high - low > 1:
+            middle = (low + high) // 2
+            self._place_run(name, sizes, low, middle, placed)
+            self._place_run(name, sizes, middle, high, placed)
 
     def _candidate_names(self, request: PlacementRequest) -> Iterable[str]:
         yield from request.preferred_names

@@ -204,7 +204,7 @@ class StoreState:
         self._read_grant_ms = int(
             max(config.capability_ttl_sec * 1000, config.default_kv_lease_ttl)
         )
-        self._write_grant_ms = int(
+        self.write_grant_ms = int(
             max(config.capability_ttl_sec, config.put_start_release_timeout_sec) * 1000
         )
         # Bumped whenever objects may have stopped being soft pinned (an unpin, a member leaving
@@ -608,7 +608,7 @@ class StoreState:
                 self.segments.grant_holds.granted(replica.segment_id, replica.offset, expires)
             else:
                 write = mode & capability.WRITE
-                lifetime = self._write_grant_ms if write else self._read_grant_ms
+                lifetime = self.write_grant_ms if write else self._read_grant_ms
                 expires = self.segments.wall_ms() + lifetime
                 if allow_map and (not segment.tenant or segment.tenant == meta.tenant):
                     mode |= capability.MAP

@@ -95,6 +95,20 @@ class TenantTallies:
             share.replicas += 1
             tally.bytes += replica.size
 
+    def on_inserted_run(self, tenant: str, segment_id: str, objects: int, size: int) -> None:
+        """``objects`` new objects of ``tenant`` joined the table, each with one replica on
+        ``segment_id``, ``size`` bytes in all (what :meth:`on_inserted` of each adds). O(1)."""
+        tally = self._tenants.get(tenant)
+        if tally is None:
+            tally = self._tenants[tenant] = TenantTally()
+        tally.objects += objects
+        tally.bytes += size
+        share = tally.segments.get(segment_id)
+        if share is None:
+            share = tally.segments[segment_id] = SegmentShare()
+        share.bytes += size
+        share.replicas += objects
+
     def on_erased(self, meta: ObjectMetadata) -> None:
         """``meta`` left the table with the replicas it still had. O(replicas)."""
         tally = self._tenants[meta.tenant]
