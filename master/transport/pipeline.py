@@ -257,7 +257,7 @@ class CallPipeline:
         if rpc.sliced != inspect.isgeneratorfunction(target):
             raise TypeError(f"{rpc.name}: sliced={rpc.sliced} but its target disagrees")
         decode_args = rpc.args.decode
-        encode = rpc.result.encode
+        encode = plain_encode = rpc.result.encode
         name = rpc.name
         record = self.counters.record
         answers_code = rpc.answers_code
@@ -270,8 +270,11 @@ class CallPipeline:
             return answer
 
         batch_answer = rpc.batch_answer
+        compact = rpc.result.compact
 
         def run_sliced(request: Any) -> Generator[None, None, bytes]:
+            # A client that reads answers in columns asks for them (see rpcs.Result).
+            encode = compact if compact is not None and request.compact else plain_encode
             try:
                 value = yield from target(*decode_args(request))
                 if batch_answer and len(value) > ENCODE_CHUNK:

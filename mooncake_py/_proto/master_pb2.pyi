@@ -111,16 +111,18 @@ class KeyRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., key: _Optional[str] = ..., tenant_id: _Optional[str] = ..., write_id: _Optional[int] = ...) -> None: ...
 
 class BatchKeysRequest(_message.Message):
-    __slots__ = ("client_id", "keys", "tenant_id", "write_ids")
+    __slots__ = ("client_id", "keys", "tenant_id", "write_ids", "compact")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     WRITE_IDS_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     keys: _containers.RepeatedScalarFieldContainer[str]
     tenant_id: str
     write_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ..., write_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    compact: bool
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ..., write_ids: _Optional[_Iterable[int]] = ..., compact: _Optional[bool] = ...) -> None: ...
 
 class MountSegmentRequest(_message.Message):
     __slots__ = ("client_id", "segment", "tenant_id")
@@ -213,26 +215,76 @@ class PutStartResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaDescriptor, _Mapping]]] = ..., write_id: _Optional[int] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
 class BatchPutStartRequest(_message.Message):
-    __slots__ = ("client_id", "keys", "value_lengths", "config", "tenant_id", "attempt_id")
+    __slots__ = ("client_id", "keys", "value_lengths", "config", "tenant_id", "attempt_id", "compact")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     VALUE_LENGTHS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     keys: _containers.RepeatedScalarFieldContainer[str]
     value_lengths: _containers.RepeatedScalarFieldContainer[int]
     config: ReplicateConfig
     tenant_id: str
     attempt_id: int
-    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., value_lengths: _Optional[_Iterable[int]] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ..., attempt_id: _Optional[int] = ...) -> None: ...
+    compact: bool
+    def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., value_lengths: _Optional[_Iterable[int]] = ..., config: _Optional[_Union[ReplicateConfig, _Mapping]] = ..., tenant_id: _Optional[str] = ..., attempt_id: _Optional[int] = ..., compact: _Optional[bool] = ...) -> None: ...
+
+class ReplicaColumns(_message.Message):
+    __slots__ = ("counts", "ids", "statuses", "segment_ids", "offsets", "sizes", "capabilities", "segments")
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    statuses: _containers.RepeatedScalarFieldContainer[int]
+    segment_ids: _containers.RepeatedScalarFieldContainer[str]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    sizes: _containers.RepeatedScalarFieldContainer[int]
+    capabilities: _containers.RepeatedScalarFieldContainer[bytes]
+    segments: _containers.RepeatedCompositeFieldContainer[SegmentPlace]
+    def __init__(self, counts: _Optional[_Iterable[int]] = ..., ids: _Optional[_Iterable[int]] = ..., statuses: _Optional[_Iterable[int]] = ..., segment_ids: _Optional[_Iterable[str]] = ..., offsets: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., capabilities: _Optional[_Iterable[bytes]] = ..., segments: _Optional[_Iterable[_Union[SegmentPlace, _Mapping]]] = ...) -> None: ...
+
+class SegmentPlace(_message.Message):
+    __slots__ = ("id", "name", "te_endpoint", "host_id", "disk")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TE_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    DISK_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    te_endpoint: str
+    host_id: str
+    disk: bool
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., te_endpoint: _Optional[str] = ..., host_id: _Optional[str] = ..., disk: _Optional[bool] = ...) -> None: ...
+
+class PutStartColumns(_message.Message):
+    __slots__ = ("codes", "write_ids", "retry_after_ms", "replicas")
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    WRITE_IDS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    codes: _containers.RepeatedScalarFieldContainer[int]
+    write_ids: _containers.RepeatedScalarFieldContainer[int]
+    retry_after_ms: _containers.RepeatedScalarFieldContainer[int]
+    replicas: ReplicaColumns
+    def __init__(self, codes: _Optional[_Iterable[int]] = ..., write_ids: _Optional[_Iterable[int]] = ..., retry_after_ms: _Optional[_Iterable[int]] = ..., replicas: _Optional[_Union[ReplicaColumns, _Mapping]] = ...) -> None: ...
 
 class BatchPutStartResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "columns")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[PutStartResponse]
-    def __init__(self, results: _Optional[_Iterable[_Union[PutStartResponse, _Mapping]]] = ...) -> None: ...
+    columns: PutStartColumns
+    def __init__(self, results: _Optional[_Iterable[_Union[PutStartResponse, _Mapping]]] = ..., columns: _Optional[_Union[PutStartColumns, _Mapping]] = ...) -> None: ...
 
 class GetReplicaListResponse(_message.Message):
     __slots__ = ("code", "replicas", "lease_ttl_ms", "size", "read_id")
@@ -270,11 +322,27 @@ class BatchProbeKeyRequest(_message.Message):
     candidate_size: int
     def __init__(self, client_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., tenant_id: _Optional[str] = ..., lease_mode: _Optional[int] = ..., candidate_size: _Optional[int] = ...) -> None: ...
 
+class ReplicaListColumns(_message.Message):
+    __slots__ = ("codes", "lease_ttl_ms", "sizes", "read_ids", "replicas")
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    READ_IDS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    codes: _containers.RepeatedScalarFieldContainer[int]
+    lease_ttl_ms: _containers.RepeatedScalarFieldContainer[int]
+    sizes: _containers.RepeatedScalarFieldContainer[int]
+    read_ids: _containers.RepeatedScalarFieldContainer[int]
+    replicas: ReplicaColumns
+    def __init__(self, codes: _Optional[_Iterable[int]] = ..., lease_ttl_ms: _Optional[_Iterable[int]] = ..., sizes: _Optional[_Iterable[int]] = ..., read_ids: _Optional[_Iterable[int]] = ..., replicas: _Optional[_Union[ReplicaColumns, _Mapping]] = ...) -> None: ...
+
 class BatchGetReplicaListResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "columns")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[GetReplicaListResponse]
-    def __init__(self, results: _Optional[_Iterable[_Union[GetReplicaListResponse, _Mapping]]] = ...) -> None: ...
+    columns: ReplicaListColumns
+    def __init__(self, results: _Optional[_Iterable[_Union[GetReplicaListResponse, _Mapping]]] = ..., columns: _Optional[_Union[ReplicaListColumns, _Mapping]] = ...) -> None: ...
 
 class ExistKeyResponse(_message.Message):
     __slots__ = ("code", "exists")

@@ -35,7 +35,7 @@ from typing import Any
 
 from mooncake_py._proto import master_pb2 as pb
 from mooncake_py._proto.master_pb2_grpc import MasterServiceStub
-from mooncake_py._wire import codec
+from mooncake_py._wire import codec, columns
 from mooncake_py._wire.args import ArgsCodec, Const, Field, Fields, Tagged
 from mooncake_py.errors import ErrorCode
 
@@ -69,11 +69,18 @@ def new_stub(channel: Any) -> Any:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Result:
     """How a target's return value travels: ``encode`` on the master, ``decode`` on the
-    client, for responses of ``response_type``."""
+    client, for responses of ``response_type``.
+
+    ``compact``: for a batch answer that may travel in columns (:mod:`.columns`), its encoder.
+    The client then always sets the request's ``compact`` field, the master encodes with
+    ``compact`` the answers to requests that set it (``encode`` the others', from clients
+    that predate it), and ``decode`` reads either form.
+    """
 
     response_type: Any
     encode: Callable[[Any], Any]
     decode: Callable[[Any], Any]
+    compact: Callable[[Any], Any] | None = None
 
 
 class Rpc:
@@ -122,7 +129,7 @@ class Rpc:
         if result.response_type is not self.response_type:
             raise TypeError(f"{name}: its result encodes {result.response_type.__name__}")
         self.target = target
-        self.args = args.compile(self.request_type)
+        self.args = _asking_compact(args.compile(self.request_type), result, self.request_type)
         self.result = result
         response_fields = self.response_type.DESCRIPTOR.fields
         self.answers_code = any(f.name == "code" for f in response_fields)
@@ -133,8 +140,12 @@ class Rpc:
         self._batch_field = ""
         self._failed_item: Any = INTERNAL
         if per_key is not None:
-            if len(response_fields) != 1 or not response_fields[0].is_repeated:
+            # One list, beside its columns form (``columns``) when it has one.
+            lists = [f for f in response_fields if f.name != "columns"]
+            if len(lists) != 1 or not lists[0].is_repeated or lists[0] is not response_fields[0]:
                 raise TypeError(f"{name}: a batch answer must be one list")
+            if result.compact is not None and len(response_fields) != 2:
+                raise TypeError(f"{name}: a compact answer needs the response's columns")
             self._batch_field = response_fields[0].name
             item = response_fields[0].message_type
             if item is not None:
@@ -151,15 +162,40 @@ class Rpc:
         return self.response_type(**{self._batch_field: items})
 
 
+def _asking_compact(codec_: ArgsCodec, result: Result, request_type: Any) -> ArgsCodec:
+    """``codec_``, whose encoder sets the request's ``compact`` when ``result`` has a columns
+    form (the master then answers in columns).
+
+    Raises:
+        KeyError: ``result`` has a columns form and the request no ``compact`` field.
+    """
+    if result.compact is None:
+        return codec_
+    request_type.DESCRIPTOR.fields_by_name["compact"]  # noqa: B018 - raises KeyError if absent
+    base = codec_.encode
+
+    def encode(*args: Any) -> Any:
+        request = base(*args)
+        request.compact = True
+        return request
+
+    return ArgsCodec(codec_.decode, encode)
+
+
 STATUS = Result(pb.StatusResponse, codec.encode_status, codec.decode_status)
 CODES = Result(pb.BatchStatusResponse, codec.encode_codes, codec.decode_codes)
 PING = Result(pb.PingResponse, codec.encode_ping, codec.decode_ping)
 READY = Result(pb.ServiceReadyResponse, codec.encode_ready, codec.decode_ready)
 PUT_START = Result(pb.PutStartResponse, codec.encode_put_start, codec.decode_put_start)
-PUT_STARTS = Result(pb.BatchPutStartResponse, codec.encode_put_starts, codec.decode_put_starts)
+PUT_STARTS = Result(pb.BatchPutStartResponse, codec.encode_put_starts, columns.decode_put_starts)
+# BatchPutStart's answer may travel in columns (its tagged forms' requests have no flag).
+PUT_STARTS_COMPACT = dataclasses.replace(PUT_STARTS, compact=columns.encode_put_starts)
 REPLICAS = Result(pb.GetReplicaListResponse, codec.encode_replica_list, codec.decode_replica_list)
 BATCH_REPLICAS = Result(
-    pb.BatchGetReplicaListResponse, codec.encode_replica_lists, codec.decode_replica_lists
+    pb.BatchGetReplicaListResponse,
+    codec.encode_replica_lists,
+    columns.decode_replica_lists,
+    compact=columns.encode_replica_lists,
 )
 EXISTS = Result(pb.ExistKeyResponse, codec.encode_exists, codec.decode_exists)
 BATCH_EXISTS = Result(
@@ -231,7 +267,7 @@ _ENTRIES = (
         "BatchPutStart",
         "service.batch_put_start_sliced",
         BATCH_PUT,
-        PUT_STARTS,
+        PUT_STARTS_COMPACT,
         per_key="keys",
         sliced=True,
     ),
@@ -258,7 +294,7 @@ _ENTRIES = (
         "BatchUpsertStart",
         "service.batch_upsert_start_sliced",
         BATCH_PUT,
-        PUT_STARTS,
+        PUT_STARTS_COMPACT,
         per_key="keys",
         sliced=True,
     ),
