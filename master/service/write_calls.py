@@ -259,6 +259,19 @@ class WriteCalls:
         write_ids: Sequence[int] = (),
     ) -> Steps[list[ErrorCode]]:
         """:meth:`batch_put_end` as a sliced operation."""
+        if write_ids and len(write_ids) == len(keys):
+            resolved = self._resolve_tenant(tenant)
+            if resolved is not None and self._batch_size_ok(keys) and _ids_ok(write_ids):
+                # The common end (every key names its write): runs of keys in one loop.
+                scope: str = resolved
+                end_run = self._writes.end_run
+
+                def run(first: int, stop: int, now: float) -> list[ErrorCode]:
+                    return end_run(client_id, scope, keys, write_ids, first, stop, now)
+
+                return (
+                    yield from map_runs_in_slices(self._lock, len(keys), self._begin_slice, run)
+                )
         return (yield from self._per_write(client_id, tenant, keys, write_ids, self._writes.end))
 
     def put_revoke(self, client_id: str, tenant: str, key: str, write_id: int = 0) -> ErrorCode:
@@ -302,7 +315,7 @@ class WriteCalls:
         if write_ids and len(write_ids) != len(keys):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
         ids = list(write_ids) if write_ids else [0] * len(keys)
-        if any(not isinstance(w, int) or w < 0 for w in ids):
+        if not _ids_ok(ids):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
         resolved = self._resolve_tenant(tenant)
         if resolved is None or not self._batch_size_ok(keys):
@@ -365,3 +378,8 @@ class WriteCalls:
 
     def _batch_size_ok(self, keys: Sequence[str]) -> bool:
         return len(keys) <= self.config.max_batch_keys
+
+
+def _ids_ok(write_ids: Sequence[int]) -> bool:
+    """Whether every write id is a non-negative int (an end or revoke names them). O(ids)."""
+    return all(isinstance(w, int) and w >= 0 for w in write_ids)

@@ -27,6 +27,7 @@ Every method here is called by the service facade under its lock, with ``now`` a
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from mooncake_py._wire.builders import frozen_builder
 from mooncake_py.capability import WRITE
@@ -39,7 +40,7 @@ from mooncake_py.types import (
     SoftPinAction,
 )
 
-from ..state.objects import ObjectMetadata, PendingSoftPin, Replica
+from ..state.objects import ObjectMetadata, PendingSoftPin, Replica, valid_key
 from ..state.segments import Allocation, PlacementRequest
 from ..state.store import StoreState
 from .disk_moves import RETRY_AFTER_MS
@@ -431,6 +432,46 @@ class WritePath:
         meta = found
         if not meta.is_writing():
             return ErrorCode.OK if meta.is_readable() else ErrorCode.INVALID_WRITE
+        return self.commit(meta, now)
+
+    def end_run(
+        self,
+        client_id: str,
+        tenant: str,
+        keys: Sequence[str],
+        write_ids: Sequence[int],
+        first: int,
+        stop: int,
+        now: float,
+    ) -> list[ErrorCode]:
+        """:meth:`end` of ``keys[first:stop]`` (``write_ids`` alike; INVALID_PARAMS for an
+        invalid key), in one loop: a key whose named write is the one in flight (the common
+        end) is committed at once, any other takes :meth:`end`. O(stop - first)."""
+        get = self._state.objects.get
+        commit, end = self.commit, self.end
+        results: list[ErrorCode] = []
+        append = results.append
+        for i in range(first, stop):
+            key, write_id = keys[i], write_ids[i]
+            meta = get((tenant, key)) if key.__class__ is str else None
+            if (
+                meta is not None
+                and write_id
+                and meta.write_id == write_id
+                and meta.client_id == client_id
+                and meta.is_writing()
+            ):
+                # What end() finds for it: not preempted (a preempted write's id is never
+                # an object's again), the caller's write, in flight.
+                append(commit(meta, now))
+            elif valid_key(key):
+                append(end(client_id, tenant, key, now, write_id))
+            else:
+                append(ErrorCode.INVALID_PARAMS)
+        return results
+
+    def commit(self, meta: ObjectMetadata, now: float) -> ErrorCode:
+        """The commit of :meth:`end`, for an object whose write is in flight: OK. O(1)."""
         self._state.mark_readable(meta)
         meta.write_id = 0
         released = self._state.kv_cache_released_tenants
