@@ -264,6 +264,12 @@ class ObjectMetadata:
         self._replicas = replicas[0] if len(replicas) == 1 else tuple(replicas)
 
     @property
+    def sole_replica(self) -> Replica | None:
+        """The object's replica when it has exactly one, else None (no tuple built). O(1)."""
+        held = self._replicas
+        return held if held.__class__ is Replica else None  # type: ignore[return-value]
+
+    @property
     def replica_count(self) -> int:
         """How many replicas the object has, without building a tuple. O(1)."""
         held = self._replicas

@@ -201,9 +201,7 @@ class StoreState:
         # shared segment a freed range waits for its grants to expire before it is reused
         # (grant_holds), so there grants last only capability_ttl_sec.
         self._shared_grant_ms = int(config.capability_ttl_sec * 1000)
-        self._read_grant_ms = int(
-            max(config.capability_ttl_sec * 1000, config.default_kv_lease_ttl)
-        )
+        self.read_grant_ms = int(max(config.capability_ttl_sec * 1000, config.default_kv_lease_ttl))
         self.write_grant_ms = int(
             max(config.capability_ttl_sec, config.put_start_release_timeout_sec) * 1000
         )
@@ -602,13 +600,13 @@ class StoreState:
             if info.disk:
                 # Read through the owner only (never mapped), for as long as a read may last;
                 # its offsets are never reused, so nothing needs holding back.
-                expires = self.segments.wall_ms() + self._read_grant_ms
+                expires = self.segments.wall_ms() + self.read_grant_ms
             elif info.shared:
                 expires = self.segments.wall_ms() + self._shared_grant_ms
                 self.segments.grant_holds.granted(replica.segment_id, replica.offset, expires)
             else:
                 write = mode & capability.WRITE
-                lifetime = self.write_grant_ms if write else self._read_grant_ms
+                lifetime = self.write_grant_ms if write else self.read_grant_ms
                 expires = self.segments.wall_ms() + lifetime
                 if allow_map and (not segment.tenant or segment.tenant == meta.tenant):
                     mode |= capability.MAP
