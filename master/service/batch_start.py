@@ -11,14 +11,18 @@ bulk steps instead of the per-key layers of :meth:`.writes.WritePath.start`:
 2. place the new keys with :meth:`~..state.segments.SegmentManager.place_batch` (one allocator
    step per segment name), build their records and file each allocator's run at once
    (:meth:`~..state.objects.ObjectTable.insert_run`), minting the write capabilities per run;
-3. start every other key, and every new one placement left out (no room: the general path
-   evicts), through :meth:`.writes.WritePath.start`, in key order.
+3. start every other key through :meth:`.writes.WritePath.start`, in key order.
 
-Each key gets the answer the general path would have given it when started in order: new keys
-cannot see one another, and the keys of step 3 see the objects of step 2 (a repeat of a new
-key finds it being written: OBJECT_ALREADY_EXISTS); records in flight are never eviction
-candidates, so evictions in step 3 cannot take them. Placement differs in one way: a run's
-keys are spread over the names in contiguous parts instead of one random name each.
+Each key gets the answer the general path would have given it when started in order. The new
+keys cannot see one another, and the keys of step 3 see the objects of step 2 (a repeat of a
+new key finds it being written: OBJECT_ALREADY_EXISTS). Only new keys take memory in a run
+that goes this way: a run with a key that would take memory on the general path (a stale
+object's key, which is preempted and written anew; another tenant's key) goes key by key in
+order, and so does a run whose new keys do not all fit (``place_batch`` then places none), so
+which keys find room, and what is evicted for them, is decided in key order as for single
+writes. Placement differs in one way: a run's keys are spread over the names in contiguous
+parts instead of one random name each (so with fragmented memory one way may need an eviction
+the other does not).
 
 Thread-safety: called by the service under its lock, one run per call.
 """
@@ -95,24 +99,24 @@ class BatchStart:
         state = self._state
         # The records keep interned strings (as WritePath.start's): one copy per writer.
         client_id, tenant = sys.intern(client_id), sys.intern(tenant)
-        if not state.segments.spreads_batches:
+        fresh = self._fresh_keys(tenant, keys, sizes, first, stop, now)
+        if fresh is None:
             return [
                 self._start_one(client_id, tenant, keys[i], sizes[i], config, pin, attempt_id, now)
                 for i in range(first, stop)
             ]
-        holds_key = state.objects.holds_key
-        limit = self._max_value_bytes
-        fresh: list[int] = []
-        seen: set[str] = set()
-        for i in range(first, stop):
-            key = keys[i]
-            if valid_key(key) and 0 < sizes[i] <= limit and key not in seen and not holds_key(key):
-                seen.add(key)
-                fresh.append(i)
         results: list[PutStartResult | None] = [None] * (stop - first)
         if fresh:
             fresh_sizes = [sizes[i] for i in fresh]
-            for run in state.segments.place_batch(fresh_sizes):
+            runs = state.segments.place_batch(fresh_sizes)
+            if not runs:  # memory is short: every key in order, as single starts
+                return [
+                    self._start_one(
+                        client_id, tenant, keys[i], sizes[i], config, pin, attempt_id, now
+                    )
+                    for i in range(first, stop)
+                ]
+            for run in runs:
                 self._create_run(
                     client_id,
                     tenant,
@@ -134,6 +138,44 @@ class BatchStart:
                     client_id, tenant, keys[i], sizes[i], config, pin, attempt_id, now
                 )
         return results  # type: ignore[return-value]  # every entry was filled above
+
+    def _fresh_keys(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        first: int,
+        stop: int,
+        now: float,
+    ) -> list[int] | None:
+        """The positions in ``[first, stop)`` of the keys the flat pass starts: valid, new (no
+        tenant has an object under the key) and not named earlier in the run. None when the
+        run must go key by key in order: placement is not spread (see
+        :attr:`~..state.segments.SegmentManager.spreads_batches`), or another key of the run
+        would take memory on the general path (an object of the key is stale and would be
+        preempted, or the key is another tenant's), so that its place in the order could
+        decide which keys find room. The other keys (invalid ones, repeats, objects of the
+        tenant that are readable or being written) take none. O(stop - first)."""
+        state = self._state
+        if not state.segments.spreads_batches:
+            return None
+        objects = state.objects
+        holds_key, get, is_stale = objects.holds_key, objects.get, self._writes.is_stale
+        limit = self._max_value_bytes
+        fresh: list[int] = []
+        seen: set[str] = set()
+        for i in range(first, stop):
+            key = keys[i]
+            if not valid_key(key) or not 0 < sizes[i] <= limit or key in seen:
+                continue
+            seen.add(key)
+            if not holds_key(key):
+                fresh.append(i)
+                continue
+            existing = get((tenant, key))
+            if existing is None or is_stale(existing, now):
+                return None
+        return fresh
 
     def _start_one(
         self,

@@ -431,20 +431,25 @@ class SegmentManager:
 
     def place_batch(self, sizes: Sequence[int]) -> list[PlacedRun]:
         """One replica for each of ``sizes`` (a batch of one-replica writes with no
-        preferences, when :attr:`spreads_batches`), in runs: the batch is cut into as many
-        contiguous parts as there are segment names (at most :data:`MAX_PLACEMENT_TRIES`),
-        part ``r`` going to the ``r``-th name from a random start, each part side by side in
-        one segment of its name (:meth:`~.allocator.OffsetAllocator.allocate_run`). A part no
-        segment of its name holds whole is halved until the pieces fit; a single value that
-        does not fit in its name is left out, for the caller to place as a single write
-        (:meth:`allocate`, which walks the other names and may evict).
+        preferences, when :attr:`spreads_batches`), in runs, or none at all: the batch is cut
+        into as many contiguous parts as there are segment names (at most
+        :data:`MAX_PLACEMENT_TRIES`), part ``r`` going to the ``r``-th name from a random
+        start, each part side by side in one segment of its name
+        (:meth:`~.allocator.OffsetAllocator.allocate_run`). A part no segment of its name
+        holds whole is halved until the pieces fit. When a single value fits nowhere in its
+        name, every range reserved for the batch is given back and nothing is placed: the
+        caller places the values one by one (:meth:`allocate`, which walks the other names
+        and may evict), so which values find room when memory is short is decided in their
+        order, as for single writes.
 
         So a batch spreads over the names as evenly as its size allows (upstream's random
         placement spreads it in expectation), at about one allocator step per name instead
         of one per value.
 
         Returns:
-            The runs made, in the order of ``sizes``; together they cover every value placed.
+            The runs made, in the order of ``sizes``, covering every value; [] when they do
+            not all fit (nothing reserved; the ranges reserved and given back were reported
+            to ``on_allocated`` and the journal as any other).
 
         Complexity: O(len(sizes) + names × log free ranges); O(len(sizes) × log free ranges)
         when segments are full.
@@ -457,20 +462,26 @@ class SegmentManager:
         start = self._rng.randrange(count)
         placed: list[PlacedRun] = []
         for part in range(parts):
-            self._place_run(
+            whole = self._place_run(
                 names[(start + part) % count],
                 sizes,
                 part * total // parts,
                 (part + 1) * total // parts,
                 placed,
             )
+            if not whole:
+                for run in placed:  # memory is short: the values go one by one, in order
+                    for offset in run.offsets:
+                        self.free(run.segment.info.id, offset)
+                return []
         return placed
 
     def _place_run(
         self, name: str, sizes: Sequence[int], low: int, high: int, placed: list[PlacedRun]
-    ) -> None:
+    ) -> bool:
         """Place ``sizes[low:high]`` side by side in one segment of ``name`` (halving the part
-        when none holds it whole) and append the runs made to ``placed``."""
+        when none holds it whole) and append the runs made to ``placed``; False (at the first
+        value that fits nowhere in the name) when they cannot all be placed."""
         segments = self._by_name[name]
         part = sizes[low:high]
         least = sum(part)  # the rounded run is at least as long
@@ -491,11 +502,13 @@ class SegmentManager:
                 for offset in offsets:
                     self.journal.allocated(segment_id, offset, allocator.size_of(offset))
             placed.append(PlacedRun(low, segment, offsets))
-            return
-        if high - low > 1:
-            middle = (low + high) // 2
-            self._place_run(name, sizes, low, middle, placed)
-            self._place_run(name, sizes, middle, high, placed)
+            return True
+        if high - low == 1:
+            return False
+        middle = (low + high) // 2
+        return self._place_run(name, sizes, low, middle, placed) and self._place_run(
+            name, sizes, middle, high, placed
+        )
 
     def _candidate_names(self, request: PlacementRequest) -> Iterable[str]:
         yield from request.preferred_names
