@@ -30,7 +30,7 @@ from mooncake_py.types import ProbeLeaseMode, ReplicaDescriptor, ReplicaListResu
 from ..state.objects import ObjectMetadata, valid_key
 from .context import ServiceContext
 from .disk_moves import DiskMoves
-from .slices import Steps, drive, map_in_slices, map_runs_in_slices
+from .slices import Steps, drive, map_runs_in_slices
 
 # Every key found builds one of each (see frozen_builder: a third of the dataclass's __init__).
 _build_found = frozen_builder(ReplicaListResult)
@@ -325,27 +325,28 @@ class ReadService:
         state = self._state
         lookup = state.objects.get
         touch = state.touch
-        found: list[tuple[str, str]] = []  # this slice's hits, held at its end
 
-        def step(_: int, key: str, now: float) -> int:
-            object_id = (scope, key)
-            meta: ObjectMetadata | None = lookup(object_id)
-            if (
-                meta is None
-                or not meta.readable
-                or (state.draining and not state.is_readable(meta))
-            ):
-                # Stored keys were valid when written; only misses need the check.
-                return 0 if valid_key(key) else invalid
-            if hold:
-                if meta.fresh_until <= now or meta.group_id:
-                    touch(meta, now)
-                found.append(object_id)
-            return 1
-
-        def hold_found(now: float) -> None:
+        def run(first: int, stop: int, now: float) -> list[int]:
+            # One loop per run of keys (this is per key of every existence check).
+            answers: list[int] = []
+            append = answers.append
+            found: list[tuple[str, str]] = []  # the run's hits, held at its end
+            draining = state.draining
+            for i in range(first, stop):
+                key = keys[i]
+                object_id = (scope, key)
+                meta: ObjectMetadata | None = lookup(object_id)
+                if meta is None or not meta.readable or (draining and not state.is_readable(meta)):
+                    # Stored keys were valid when written; only misses need the check.
+                    append(0 if valid_key(key) else invalid)
+                    continue
+                if hold:
+                    if meta.fresh_until <= now or meta.rare_fields is not None:
+                        touch(meta, now)
+                    found.append(object_id)
+                append(1)
             if found:
                 state.reads.grant_exist(client_id, found, now + state.lease_ttl_s)
-                found.clear()
+            return answers
 
-        return (yield from map_in_slices(self._lock, keys, self._clock, step, hold_found))
+        return (yield from map_runs_in_slices(self._lock, len(keys), self._clock, run))
