@@ -58,6 +58,8 @@ _SCALARS = {
         ("pending_pin_action", pa.int32()),
         ("pending_pin_ttl_ms", pa.int64()),
         ("group_id", pa.string()),
+        # A snapshot taken before the column existed decodes with 0 (no attempt id).
+        ("attempt_id", pa.uint64()),
     ],
     ha_records.SessionRow: [
         ("tenant", pa.string()),
