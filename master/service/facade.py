@@ -44,7 +44,7 @@ from mooncake_py.types import (
 
 from ..clock import monotonic_clock
 from ..config import MasterConfig
-from ..state.objects import ObjectMetadata, valid_key
+from ..state.objects import ObjectMetadata, Replica, valid_key
 from ..state.segments import MountedSegment
 from ..state.store import StoreState
 from . import tenant_views
@@ -55,11 +55,12 @@ from .disk_moves import DiskMoves
 from .eviction import EvictionPass, Evictor
 from .kv_sessions import SessionService
 from .membership import MembershipService, PingResult
+from .plain_removal import plain_replica, remove_plain
 from .reads import ReadService
 from .release import ReleaseService
 from .removal import RemovalService
 from .replicas import ReplicaService
-from .slices import Steps, drive
+from .slices import Steps, drive, map_runs_in_slices
 from .tasks import TaskService
 from .write_calls import MAX_VALUE_BYTES, WriteCalls
 from .writes import WritePath
@@ -182,11 +183,46 @@ class MasterService(WriteCalls):
         self, tenant: str, keys: Sequence[str], force: bool = False
     ) -> Steps[list[ErrorCode]]:
         """:meth:`batch_remove` as a sliced operation."""
-        return (
-            yield from self._per_key(
-                tenant, keys, lambda t, _, k, now: self._remove_locked(t, k, force, now)
-            )
-        )
+        resolved = self._resolve_tenant(tenant)
+        if resolved is None or not self._batch_size_ok(keys):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
+        scope: str = resolved  # narrowed for the closure
+
+        def run(first: int, stop: int, now: float) -> list[ErrorCode]:
+            return self._remove_run(scope, keys, force, first, stop, now)
+
+        return (yield from map_runs_in_slices(self._lock, len(keys), self._begin_slice, run))
+
+    def _remove_run(
+        self, tenant: str, keys: Sequence[str], force: bool, first: int, stop: int, now: float
+    ) -> list[ErrorCode]:
+        """:meth:`_remove_locked` of ``keys[first:stop]`` in key order (INVALID_PARAMS for an
+        invalid key), the plain objects removed together at the end of the run
+        (:mod:`.plain_removal`): a key repeated after its plain object was taken answers
+        OBJECT_NOT_FOUND, as it would once removed. O(stop - first)."""
+        state = self._state
+        get = self._objects.get
+        results: list[ErrorCode] = []
+        append = results.append
+        plain: list[ObjectMetadata] = []
+        replicas: list[Replica] = []
+        taken: set[str] = set()
+        for i in range(first, stop):
+            key = keys[i]
+            meta = get((tenant, key)) if key.__class__ is str else None
+            if meta is None or key in taken:
+                append(ErrorCode.OBJECT_NOT_FOUND if valid_key(key) else ErrorCode.INVALID_PARAMS)
+                continue
+            replica = plain_replica(state, meta)
+            if replica is None:
+                append(self._remove_locked(tenant, key, force, now))
+                continue
+            taken.add(key)
+            plain.append(meta)
+            replicas.append(replica)
+            append(ErrorCode.OK)
+        remove_plain(state, plain, replicas)
+        return results
 
     def _remove_locked(self, tenant: str, key: str, force: bool, now: float) -> ErrorCode:
         meta = self._objects.get((tenant, key))

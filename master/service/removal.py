@@ -38,8 +38,9 @@ import re2
 
 from mooncake_py.errors import ErrorCode
 
-from ..state.objects import ObjectMetadata
+from ..state.objects import ObjectMetadata, Replica
 from .context import ServiceContext
+from .plain_removal import plain_replica, remove_plain
 from .slices import SLICE_SECONDS, SliceTimer, Steps, drive
 
 MAX_PATTERN_BYTES = 4096
@@ -167,11 +168,16 @@ class RemovalService:
         position = 0
         total = len(objects)
         timer = SliceTimer(self.slice_seconds)
+        state = self._state
+        get = state.objects.get
         while position < total:
             with self._lock:
                 self.slices_run += 1
                 now = self._clock()
-                self._state.reads.expire_due(now)
+                state.reads.expire_due(now)
+                # The slice's plain objects go together at its end (see plain_removal).
+                plain: list[ObjectMetadata] = []
+                replicas: list[Replica] = []
                 while position < total:
                     meta = objects[position]
                     position += 1
@@ -179,10 +185,18 @@ class RemovalService:
                         matches is None or matches(meta.key)
                     ):
                         # By id: what is stored under the key now (removed or re-put meanwhile).
-                        code = self._remove_locked(meta.tenant, meta.key, force, now)
-                        removed += code == ErrorCode.OK
+                        current = get((meta.tenant, meta.key))
+                        replica = None if current is None else plain_replica(state, current)
+                        if current is not None and replica is not None:
+                            plain.append(current)
+                            replicas.append(replica)
+                        else:
+                            code = self._remove_locked(meta.tenant, meta.key, force, now)
+                            removed += code == ErrorCode.OK
                     if timer.spent():
                         break
+                remove_plain(state, plain, replicas)
+                removed += len(plain)
             if position < total:
                 yield
                 timer.restart()

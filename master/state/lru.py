@@ -189,6 +189,14 @@ class LeaseOrderedLRU:
         if self._own is not None:
             del self._own[object_id]
 
+    def on_record_removed(self, record: Any) -> None:
+        """:meth:`on_removed` given the record ``records`` resolves the object's id to (a
+        policy built with ``records``). O(log n); ignored for a record that is no
+        candidate."""
+        if record.lru_stamp >= 0:
+            self._order.remove(record)
+            record.lru_stamp = NOT_A_CANDIDATE
+
     def select(
         self,
         judge: Callable[[Hashable], Verdict],

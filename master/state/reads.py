@@ -190,6 +190,16 @@ class ReadLeases:
         readers = self._replica_readers
         return bool(readers) and any(r.id in readers for r in meta.replicas)
 
+    def untouched(self, meta: ObjectMetadata, replica: Replica) -> bool:
+        """Whether nothing holds ``meta`` (whose one replica is ``replica``): no read of the
+        replica in flight or late, and no existence hold on the object, so removing it frees
+        its memory at once and ends no hold. O(1)."""
+        return (
+            replica.id not in self._replica_readers
+            and replica.id not in self._late_by_replica
+            and (not self._exist_by_object or (meta.tenant, meta.key) not in self._exist_by_object)
+        )
+
     def readers_of(self, replica: Replica) -> int:
         """Reads in flight through ``replica``."""
         return self._replica_readers.get(replica.id, 0)

@@ -309,6 +309,24 @@ class SegmentManager:
         if self.journal is not None:
             self.journal.freed(segment_id, offset)
 
+    def free_many(self, segment_id: str, offsets: Sequence[int]) -> None:
+        """:meth:`free` of each of ``offsets`` in one segment, the memory of a plain segment
+        (unshared, no grant floor, not a disk tier) given back in one allocator step
+        (:meth:`~.allocator.OffsetAllocator.free_many`); a no-op when the segment is gone.
+        O(k log k) for k offsets."""
+        mounted = self._segments.get(segment_id)
+        if mounted is None:
+            return
+        allocator = mounted.allocator
+        if mounted.info.disk or mounted.info.shared or self.grant_holds.floor_ms:
+            for offset in offsets:
+                self.free(segment_id, offset)
+            return
+        allocator.free_many(offsets)  # type: ignore[union-attr]
+        if self.journal is not None:
+            for offset in offsets:
+                self.journal.freed(segment_id, offset)
+
     def release_held_grants(self) -> int:
         """Free the held ranges whose capabilities have all expired; returns how many.
         O(released × log held)."""

@@ -109,6 +109,21 @@ class TenantTallies:
         share.bytes += size
         share.replicas += objects
 
+    def on_erased_run(self, tenant: str, segment_id: str, objects: int, size: int) -> None:
+        """``objects`` objects of ``tenant``, each with one replica on ``segment_id``, ``size``
+        bytes in all, left the table with those replicas (what :meth:`on_replicas_dropped`
+        and :meth:`on_erased` of each take away). O(1)."""
+        tally = self._tenants[tenant]
+        share = tally.segments[segment_id]
+        share.bytes -= size
+        share.replicas -= objects
+        if not share.replicas:
+            del tally.segments[segment_id]
+        tally.bytes -= size
+        tally.objects -= objects
+        if not tally.objects:
+            del self._tenants[tenant]
+
     def on_erased(self, meta: ObjectMetadata) -> None:
         """``meta`` left the table with the replicas it still had. O(replicas)."""
         tally = self._tenants[meta.tenant]
