@@ -91,7 +91,7 @@ def test_records_share_their_id_and_writer_strings() -> None:
     assert segment.allocator.owner_of(first.replicas[0].offset) is first
     assert first.object_id in table.objects_on_segment(segment.info.id)
     policy = service._state.policy  # noqa: SLF001
-    assert [r for r in policy._order if r.object_id == first.object_id] == [first]  # noqa: SLF001
+    assert [r for r in policy.records() if r.object_id == first.object_id] == [first]
     assert first.lru_stamp >= 0 and not hasattr(policy, "_stamp_of")
     # Writers of different requests are one string; a single replica is held by the record
     # itself, not in a container.
