@@ -6,16 +6,17 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Any
 
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedList
 
 
 class OffsetAllocator:
     """Hands out aligned byte ranges inside one segment of ``capacity`` bytes.
 
-    Free space is indexed twice: a ``SortedList`` of ``(length, offset)`` answers
-    best-fit queries, and a ``SortedDict`` of ``offset -> length`` finds neighbours
-    so freed ranges coalesce immediately. Every free range starts and ends on an
-    alignment boundary.
+    Free space is indexed three times: a ``SortedList`` of ``(length, offset)`` answers
+    best-fit queries, and two dicts, ``offset -> length`` and ``end -> offset``, find a
+    freed range's neighbours in O(1) so it coalesces immediately (no sorted index by
+    address is needed for that). Every free range starts and ends on an alignment
+    boundary.
 
     An allocation may be *tagged* with the record that holds it (:meth:`tag`): the record
     takes the place of the size in the allocation map (the size is read from the record's
@@ -46,7 +47,9 @@ class OffsetAllocator:
         self._alignment = alignment
         self._usable = capacity & ~(alignment - 1)
         self._free_by_size: SortedList = SortedList()
-        self._free_by_offset: SortedDict = SortedDict()
+        # Every free range by its start and by its end (exclusive).
+        self._free_at: dict[int, int] = {}
+        self._free_ending: dict[int, int] = {}
         # offset -> rounded size, or the record that holds the allocation (see tag()).
         self._allocations: dict[int, Any] = {}
         self._used = 0
@@ -229,17 +232,19 @@ class OffsetAllocator:
     def _release_range(self, start: int, end: int) -> None:
         """Make ``[start, end)`` (no longer allocated) free, merged with its free
         neighbours. O(log n)."""
-        idx = self._free_by_offset.bisect_left(start)
-        if idx > 0:
-            prev_off, prev_len = self._free_by_offset.peekitem(idx - 1)
-            if prev_off + prev_len == start:
-                self._remove_free(prev_off, prev_len)
-                start = prev_off
-        nxt_len = self._free_by_offset.get(end)
+        prev_off = self._free_ending.get(start)
+        if prev_off is not None:
+            self._remove_free(prev_off, start - prev_off)
+            start = prev_off
+        nxt_len = self._free_at.get(end)
         if nxt_len is not None:
             self._remove_free(end, nxt_len)
             end += nxt_len
         self._insert_free(start, end - start)
+
+    def free_ranges(self) -> list[tuple[int, int]]:
+        """Every free range as (offset, length), in address order. O(n log n)."""
+        return sorted(self._free_at.items())
 
     def restore_allocations(self, allocations: Iterable[tuple[int, int]]) -> None:
         """Hold exactly ``allocations`` (offset, rounded size) in this fresh allocator: what
@@ -261,7 +266,8 @@ class OffsetAllocator:
         if cursor > self._usable:
             raise ValueError(f"a range ends at {cursor}, past the segment ({self._usable})")
         self._free_by_size.clear()
-        self._free_by_offset.clear()
+        self._free_at.clear()
+        self._free_ending.clear()
         cursor = 0
         for offset, size in ranges:
             if offset > cursor:
@@ -354,14 +360,16 @@ class OffsetAllocator:
         recount = sum(sizes.values())
         if recount != self._used:
             raise AssertionError(f"used_bytes {self._used} != recount {recount}")
-        if len(self._free_by_size) != len(self._free_by_offset):
+        if len(self._free_by_size) != len(self._free_at):
             raise AssertionError("free-by-size and free-by-offset sizes differ")
         prev_entry: tuple[int, int] | None = None
         for entry in self._free_by_size:
             # Strictly increasing entries plus equal lengths make the mapping a bijection.
-            if entry == prev_entry or self._free_by_offset.get(entry[1]) != entry[0]:
+            if entry == prev_entry or self._free_at.get(entry[1]) != entry[0]:
                 raise AssertionError(f"free-by-size entry {entry} not in free-by-offset")
             prev_entry = entry
+        if self._free_ending != {off + length: off for off, length in self._free_at.items()}:
+            raise AssertionError("free-by-end index disagrees with free-by-offset")
         for off, length in sizes.items():
             if length <= 0 or off % align or length % align:
                 raise AssertionError(f"bad allocation at {off} (length {length})")
@@ -370,7 +378,7 @@ class OffsetAllocator:
         cursor = 0
         visited = 0
         prev_free_end = -1
-        stops: list[tuple[int, int | None]] = [*self._free_by_offset.items(), (self._usable, None)]
+        stops: list[tuple[int, int | None]] = [*self.free_ranges(), (self._usable, None)]
         for free_off, free_len in stops:
             while cursor < free_off:
                 size = sizes.get(cursor)
@@ -398,9 +406,11 @@ class OffsetAllocator:
         return (size + self._alignment - 1) & ~(self._alignment - 1)
 
     def _insert_free(self, offset: int, length: int) -> None:
-        self._free_by_offset[offset] = length
+        self._free_at[offset] = length
+        self._free_ending[offset + length] = offset
         self._free_by_size.add((length, offset))
 
     def _remove_free(self, offset: int, length: int) -> None:
-        del self._free_by_offset[offset]
+        del self._free_at[offset]
+        del self._free_ending[offset + length]
         self._free_by_size.remove((length, offset))

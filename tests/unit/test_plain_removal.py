@@ -22,7 +22,7 @@ KIB = 1024
 
 
 def free_ranges(allocator: OffsetAllocator) -> list[tuple[int, int]]:
-    return list(allocator._free_by_offset.items())  # noqa: SLF001
+    return allocator.free_ranges()
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -121,7 +121,7 @@ def state_of(service: MasterService) -> tuple[object, ...]:
     state = service._state  # noqa: SLF001
     objects = sorted((m.tenant, m.key, len(m.replicas)) for m in state.objects.snapshot())
     ranges = {
-        m.info.id: list(m.allocator._free_by_offset.items())  # noqa: SLF001
+        m.info.id: m.allocator.free_ranges()  # type: ignore[union-attr]
         for m in state.segments.all_segments()
     }
     tallies = sorted((t, v.objects, v.bytes) for t, v in state.objects.tallies.items())
