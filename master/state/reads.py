@@ -114,8 +114,9 @@ class ReadLeases:
 
         The same client's existence hold on the object, if any, ends: this read takes over.
         """
-        replica_ids = tuple(r.id for r in replicas)
-        shared_key = (client_id, meta.object_id, replica_ids)
+        # One replica (the common read): no generator. This runs for every key read.
+        replica_ids = (replicas[0].id,) if len(replicas) == 1 else tuple(r.id for r in replicas)
+        shared_key = (client_id, (meta.tenant, meta.key), replica_ids)
         hold_id = self._shared.get(shared_key)
         if hold_id is not None:
             hold = self._holds[hold_id]
@@ -126,7 +127,11 @@ class ReadLeases:
             hold = ReadHold(hold_id, client_id, meta, replica_ids, deadline)
             self._holds[hold_id] = hold
             self._shared[shared_key] = hold_id
-            self._by_client.setdefault(client_id, set()).add(hold_id)
+            mine = self._by_client.get(client_id)
+            if mine is None:
+                self._by_client[client_id] = {hold_id}
+            else:
+                mine.add(hold_id)
             heapq.heappush(self._deadlines, (deadline, hold_id))
         readers = self._replica_readers
         for rid in replica_ids:
