@@ -466,8 +466,10 @@ class SegmentManager:
 
         Returns:
             The runs made, in the order of ``sizes``, covering every value; [] when they do
-            not all fit (nothing reserved; the ranges reserved and given back were reported
-            to ``on_allocated`` and the journal as any other).
+            not all fit (nothing reserved: the ranges taken meanwhile go straight back to
+            their allocators, as nothing was ever minted for them or told of them, so no
+            grant hold keeps them and no late reader is disturbed). ``on_allocated`` and the
+            journal hear of each run once every value is placed.
 
         Complexity: O(len(sizes) + names × log free ranges); O(len(sizes) × log free ranges)
         when segments are full.
@@ -489,9 +491,16 @@ class SegmentManager:
             )
             if not whole:
                 for run in placed:  # memory is short: the values go one by one, in order
-                    for offset in run.offsets:
-                        self.free(run.segment.info.id, offset)
+                    run.segment.allocator.free_many(run.offsets)  # type: ignore[union-attr]
                 return []
+        for run in placed:
+            segment_id, offsets, allocator = run.segment.info.id, run.offsets, run.segment.allocator
+            if self.on_allocated is not None:
+                end = offsets[-1] + allocator.size_of(offsets[-1])
+                self.on_allocated(segment_id, offsets[0], end - offsets[0])
+            if self.journal is not None:
+                for offset in offsets:
+                    self.journal.allocated(segment_id, offset, allocator.size_of(offset))
         return placed
 
     def _place_run(
@@ -512,13 +521,6 @@ class SegmentManager:
             offsets = allocator.allocate_run(part)  # type: ignore[union-attr]
             if offsets is None:
                 continue
-            segment_id = segment.info.id
-            if self.on_allocated is not None:
-                end = offsets[-1] + allocator.size_of(offsets[-1])
-                self.on_allocated(segment_id, offsets[0], end - offsets[0])
-            if self.journal is not None:
-                for offset in offsets:
-                    self.journal.allocated(segment_id, offset, allocator.size_of(offset))
             placed.append(PlacedRun(low, segment, offsets))
             return True
         if high - low == 1:

@@ -270,23 +270,31 @@ class CallPipeline:
             return answer
 
         batch_answer = rpc.batch_answer
-        compact = rpc.result.compact
+        compact, compact_applies = rpc.result.compact, rpc.result.compact_applies
 
         def run_sliced(request: Any) -> Generator[None, None, bytes]:
-            # A client that reads answers in columns asks for them (see rpcs.Result).
-            encode = compact if compact is not None and request.compact else plain_encode
             try:
                 value = yield from target(*decode_args(request))
+                # A client that reads answers in columns asks for them (see rpcs.Result).
+                encode = compact if compact is not None and request.compact else plain_encode
+                seen: dict[str, Any] = {}
                 if batch_answer and len(value) > ENCODE_CHUNK:
                     # Encoding 100k answers takes most of a second: in parts, between slices.
-                    parts = []
-                    for start in range(0, len(value), ENCODE_CHUNK):
+                    parts: list[bytes] = []
+                    start = 0
+                    while start < len(value):
                         if start:
                             yield
-                        part = encode(value[start : start + ENCODE_CHUNK])
-                        parts.append(part.SerializeToString())
+                        chunk = value[start : start + ENCODE_CHUNK]
+                        if encode is compact and not compact_applies(chunk, seen):
+                            encode, parts, start = plain_encode, [], 0  # again, per key
+                            continue
+                        parts.append(encode(chunk).SerializeToString())
+                        start += ENCODE_CHUNK
                     record(name, False)
                     return b"".join(parts)
+                if encode is compact and not compact_applies(value, seen):
+                    encode = plain_encode
                 response = encode(value)
                 answer: bytes = response.SerializeToString()
             except Exception:

@@ -11,7 +11,8 @@ Both ends keep their typed values: the master encodes the same lists of
 :class:`~mooncake_py.types.PutStartResult` / :class:`~mooncake_py.types.ReplicaListResult`
 and the client decodes the same ones, from either form (a master that predates the field, or
 an INTERNAL_ERROR answer, sends one message per key). ``decode(encode(x)) == x`` for every
-answer whose descriptors of one segment id agree on its other fields (the master's do).
+answer whose descriptors of one segment id agree on its other fields (:func:`agree`); the
+master answers any other one message per key.
 
 Every column has one entry per key (or per replica), so an answer encoded in parts and
 concatenated (protobuf merges the parts' columns, in order) decodes as the whole answer.
@@ -41,12 +42,27 @@ _build_replica_list = frozen_builder(ReplicaListResult)
 _STATUSES = {int(status): status for status in ReplicaStatus}
 
 
+def agree(results: Sequence[Any], seen: dict[str, tuple[Any, ...]]) -> bool:
+    """Whether every replica descriptor of ``results`` (each with ``replicas``) describes its
+    segment id alike (name, endpoint, host, disk), and as the descriptions in ``seen`` (which
+    it adds to: an answer checked in parts passes the same dict), so that the columns form,
+    which describes each segment once, carries the answer exactly. A sliced batch that spans
+    an unmount and remount of a segment id under another endpoint does not: the master then
+    answers it one message per key. O(replicas)."""
+    places = {
+        (r.segment_id, r.segment_name, r.te_endpoint, r.host_id, r.disk)
+        for result in results
+        for r in result.replicas
+    }
+    return all(seen.setdefault(place[0], place) == place for place in places)
+
+
 def _fill_replicas(columns: Any, groups: Sequence[Sequence[ReplicaDescriptor]]) -> None:
     """Put the replicas of each key (``groups``, in key order) into the ReplicaColumns
     ``columns``."""
     counts = [len(group) for group in groups]
     columns.counts.extend(counts)
-    if len(counts) == sum(counts):  # one replica per key (the common answer): no flattening
+    if counts.count(1) == len(counts):  # one replica per key (the common answer): no flattening
         flat: Sequence[ReplicaDescriptor] = [group[0] for group in groups]
     else:
         flat = [replica for group in groups for replica in group]
@@ -125,7 +141,7 @@ def _read_replicas(columns: Any) -> list[tuple[ReplicaDescriptor, ...]]:
             strict=True,
         )
     ]
-    if total == len(counts):
+    if counts.count(1) == len(counts):  # one replica per key: no slicing
         return [(replica,) for replica in replicas]
     ends = list(accumulate(counts))
     return [tuple(replicas[end - count : end]) for count, end in zip(counts, ends, strict=True)]

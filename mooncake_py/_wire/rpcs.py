@@ -73,14 +73,17 @@ class Result:
 
     ``compact``: for a batch answer that may travel in columns (:mod:`.columns`), its encoder.
     The client then always sets the request's ``compact`` field, the master encodes with
-    ``compact`` the answers to requests that set it (``encode`` the others', from clients
-    that predate it), and ``decode`` reads either form.
+    ``compact`` the answers to requests that set it and that ``compact_applies`` to (called
+    on the whole answer, or on each of its parts with one dict: see
+    :func:`.columns.agree`), with ``encode`` the others (and those of clients that predate
+    the field), and ``decode`` reads either form.
     """
 
     response_type: Any
     encode: Callable[[Any], Any]
     decode: Callable[[Any], Any]
     compact: Callable[[Any], Any] | None = None
+    compact_applies: Callable[[Any, dict[str, Any]], bool] = lambda _values, _seen: True
 
 
 class Rpc:
@@ -189,13 +192,16 @@ READY = Result(pb.ServiceReadyResponse, codec.encode_ready, codec.decode_ready)
 PUT_START = Result(pb.PutStartResponse, codec.encode_put_start, codec.decode_put_start)
 PUT_STARTS = Result(pb.BatchPutStartResponse, codec.encode_put_starts, columns.decode_put_starts)
 # BatchPutStart's answer may travel in columns (its tagged forms' requests have no flag).
-PUT_STARTS_COMPACT = dataclasses.replace(PUT_STARTS, compact=columns.encode_put_starts)
+PUT_STARTS_COMPACT = dataclasses.replace(
+    PUT_STARTS, compact=columns.encode_put_starts, compact_applies=columns.agree
+)
 REPLICAS = Result(pb.GetReplicaListResponse, codec.encode_replica_list, codec.decode_replica_list)
 BATCH_REPLICAS = Result(
     pb.BatchGetReplicaListResponse,
     codec.encode_replica_lists,
     columns.decode_replica_lists,
     compact=columns.encode_replica_lists,
+    compact_applies=columns.agree,
 )
 EXISTS = Result(pb.ExistKeyResponse, codec.encode_exists, codec.decode_exists)
 BATCH_EXISTS = Result(

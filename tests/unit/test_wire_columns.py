@@ -13,6 +13,12 @@ import pytest
 from mooncake_py._wire import codec, columns
 from mooncake_py._wire.rpcs import RPCS, new_stub
 from mooncake_py.errors import ErrorCode
+from mooncake_py.master.clock import FakeClock
+from mooncake_py.master.config import MasterConfig
+from mooncake_py.master.metrics import RpcCounters
+from mooncake_py.master.service.facade import MasterService
+from mooncake_py.master.service.slices import SliceTimer, drive
+from mooncake_py.master.transport.pipeline import CallPipeline
 from mooncake_py.testing import InProcessMaster
 from mooncake_py.types import (
     PutStartResult,
@@ -224,3 +230,135 @@ def test_a_real_master_answers_in_the_form_asked_for() -> None:
             assert [r.offset for r in first.replicas] == [r.offset for r in second.replicas]
         channel.close()
         master.service.check()
+
+
+# --- regressions -------------------------------------------------------------------------------
+
+
+def mixed(counts: list[int]) -> list[ReplicaListResult]:
+    """Answers with ``counts[i]`` replicas for key i (0: a miss)."""
+    rng = random.Random(sum(counts) * 7 + len(counts))
+    return [
+        ReplicaListResult(
+            code=OK if n else int(ErrorCode.OBJECT_NOT_FOUND),
+            replicas=tuple(replica(rng, i * 8 + j) for j in range(n)),
+            lease_ttl_ms=5000 if n else 0,
+            size=100 if n else 0,
+            read_id=i + 1 if n else 0,
+        )
+        for i, n in enumerate(counts)
+    ]
+
+
+@pytest.mark.parametrize("counts", [[0, 2], [2, 1, 0], [2, 0], [0, 0, 3, 0], [1, 2, 0, 1]])
+def test_answers_whose_replica_counts_sum_to_the_keys_round_trip(counts: list[int]) -> None:
+    """Counts that sum to the number of keys without every key having one replica (a miss
+    and a two-replica object) are encoded and decoded key by key, not as one each."""
+    results = mixed(counts)
+    message = through_bytes(columns.encode_replica_lists(results))
+    assert columns.decode_replica_lists(message) == results  # type: ignore[arg-type]
+    starts = [PutStartResult(r.code, r.replicas, write_id=r.read_id) for r in results]
+    assert columns.decode_put_starts(through_bytes(columns.encode_put_starts(starts))) == starts  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_parts_cut_anywhere_decode_as_the_whole(seed: int) -> None:
+    """Parts of 0, 1 and 2 replicas per key joined at uneven cuts: where one part alone has as
+    many replicas as keys and the whole does too, the keys still get their own replicas."""
+    rng = random.Random(seed)
+    results = mixed([rng.choice((0, 1, 1, 2)) for _ in range(300)])
+    cuts = sorted(rng.sample(range(1, 300), 5))
+    bounds = [0, *cuts, 300]
+    joined = b"".join(
+        columns.encode_replica_lists(results[a:b]).SerializeToString()
+        for a, b in zip(bounds, bounds[1:], strict=False)
+    )
+    decoded = columns.decode_replica_lists(
+        type(columns.encode_replica_lists(results[:1])).FromString(joined)
+    )
+    assert decoded == results
+
+
+def test_descriptions_that_disagree_on_a_segment_are_not_sent_in_columns() -> None:
+    """``agree`` refuses an answer (or a part, against the parts before it) that describes one
+    segment id two ways (a sliced batch spanning an unmount and a remount of the id under
+    another endpoint); the master then answers one message per key."""
+    rng = random.Random(3)
+    first = replica(rng, 1)
+    other = ReplicaDescriptor(
+        id=2,
+        status=first.status,
+        segment_id=first.segment_id,
+        segment_name=first.segment_name,
+        offset=4096,
+        size=64,
+        te_endpoint="elsewhere:9",
+        host_id=first.host_id,
+    )
+    same = ReplicaListResult(OK, (first,), 5000, 64, 1)
+    moved = ReplicaListResult(OK, (other,), 5000, 64, 2)
+    assert columns.agree([same, same], {})
+    assert not columns.agree([same, moved], {})
+    seen: dict[str, object] = {}
+    assert columns.agree([same], seen) and not columns.agree([moved], seen)  # type: ignore[arg-type]
+
+
+def test_a_real_master_answers_mixed_counts_and_large_batches_right() -> None:
+    """Over gRPC, compact lookups of a miss next to a two-replica object, and of more keys than
+    one encoded part holds, give each key its own replicas (what the per-key form gives)."""
+    with InProcessMaster() as master:
+        for i in range(2):
+            info = SegmentInfo(
+                id=f"seg{i}", name=f"h{i}", base=4096, size=8 << 20, te_endpoint=f"e:{i + 1}"
+            )
+            assert master.service.mount_segment(f"owner{i}", info) == OK
+        service = master.service
+        two = service.put_start("w", "", "two", 64, ReplicateConfig(replica_num=2))
+        assert len(two.replicas) == 2 and service.put_end("w", "", "two", two.write_id) == OK
+        keys = [f"k{i}" for i in range(2050)]
+        starts = service.batch_put_start("w", "", keys, [64] * len(keys), ReplicateConfig())
+        assert service.batch_put_end("w", "", keys, [s.write_id for s in starts]) == [OK] * 2050
+        channel = grpc.insecure_channel(master.address)
+        stub = new_stub(channel)
+        lookup = RPCS["BatchGetReplicaList"]
+        for batch in (["missing", "two"], ["two", "missing", *keys]):
+            answers = []
+            for compact in (False, True):
+                request = lookup.request_type(client_id="r", keys=batch, compact=compact)
+                answers.append(lookup.result.decode(stub.BatchGetReplicaList(request, timeout=30)))
+            plain, columnar = answers
+            assert [(r.code, [(d.segment_id, d.offset) for d in r.replicas]) for r in plain] == [
+                (r.code, [(d.segment_id, d.offset) for d in r.replicas]) for r in columnar
+            ]
+            assert [len(r.replicas) for r in columnar[:2]] in ([0, 2], [2, 0])
+        channel.close()
+        service.check()
+
+
+def test_the_pipeline_answers_per_key_when_a_segment_moved_mid_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sliced batch put start spanning an unmount and a remount of its segment id under
+    another endpoint: the master answers one message per key (each key the endpoint its
+    slice saw), not columns that would give every key the first slice's endpoint."""
+    monkeypatch.setattr(SliceTimer, "spent", lambda self: True)  # one run of keys per slice
+    service = MasterService(MasterConfig(), clock=FakeClock(1000.0), rng=random.Random(0))
+    key = bytes(range(32))
+    old = SegmentInfo("seg-0", "n0", 4096, 1 << 20, "old-host:1", capability_key=key)
+    assert service.mount_segment("owner", old) == OK
+    pipeline = CallPipeline(service, None, RpcCounters())
+    rpc = RPCS["BatchPutStart"]
+    bound = pipeline.calls.get(rpc.wire_name) or pipeline.calls[rpc.name]  # type: ignore[call-overload]
+    keys = [f"k{i}" for i in range(128)]
+    payload = rpc.args.encode("w", "", keys, [1024] * 128, ReplicateConfig(), 0)
+    assert payload.compact
+    steps = pipeline.call_sliced(bound, payload.SerializeToString(), "")
+    next(steps)  # the first run of keys is placed on old-host
+    assert service.unmount_segment("owner", "seg-0") == OK
+    new = SegmentInfo("seg-0", "n0", 4096, 1 << 20, "new-host:1", capability_key=key)
+    assert service.mount_segment("owner2", new) == OK
+    _, body = drive(steps)
+    response = rpc.response_type.FromString(body)
+    assert not response.HasField("columns") and len(response.results) == 128
+    endpoints = [r.replicas[0].te_endpoint for r in rpc.result.decode(response)]
+    assert set(endpoints[:64]) == {"old-host:1"} and set(endpoints[64:]) == {"new-host:1"}
