@@ -482,6 +482,10 @@ class ObjectTable:
             raise AssertionError("group index disagrees with objects")
         if set(self._processing) != expected_processing:
             raise AssertionError("processing index disagrees with replica states")
+        for meta, started in self._processing.items():
+            # The sweep of stuck writes judges each write by the time kept here.
+            if started != meta.put_start_time:
+                raise AssertionError(f"processing index keeps a stale start for {meta.key!r}")
         if not set(self._attempts) <= {m.object_id for m in expected_processing}:
             raise AssertionError("an attempt id outlived its write")
         self.tallies.check(self.snapshot())
