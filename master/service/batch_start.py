@@ -100,37 +100,30 @@ class BatchStart:
         # The records keep interned strings (as WritePath.start's): one copy per writer.
         client_id, tenant = sys.intern(client_id), sys.intern(tenant)
         fresh = self._fresh_keys(tenant, keys, sizes, first, stop, now)
-        if fresh is None:
+        runs = state.segments.place_batch([sizes[i] for i in fresh]) if fresh else []
+        if fresh is None or (fresh and not runs):
+            # Order matters here (see _fresh_keys), or memory is short: every key in order,
+            # as single starts.
             return [
                 self._start_one(client_id, tenant, keys[i], sizes[i], config, pin, attempt_id, now)
                 for i in range(first, stop)
             ]
         results: list[PutStartResult | None] = [None] * (stop - first)
-        if fresh:
-            fresh_sizes = [sizes[i] for i in fresh]
-            runs = state.segments.place_batch(fresh_sizes)
-            if not runs:  # memory is short: every key in order, as single starts
-                return [
-                    self._start_one(
-                        client_id, tenant, keys[i], sizes[i], config, pin, attempt_id, now
-                    )
-                    for i in range(first, stop)
-                ]
-            for run in runs:
-                self._create_run(
-                    client_id,
-                    tenant,
-                    keys,
-                    sizes,
-                    config,
-                    pin,
-                    attempt_id,
-                    fresh,
-                    run,
-                    first,
-                    results,
-                    now,
-                )
+        for run in runs:
+            self._create_run(
+                client_id,
+                tenant,
+                keys,
+                sizes,
+                config,
+                pin,
+                attempt_id,
+                fresh,
+                run,
+                first,
+                results,
+                now,
+            )
         for j, result in enumerate(results):
             if result is None:
                 i = first + j

@@ -110,16 +110,10 @@ class OffsetAllocator:
         if size <= 0:
             raise ValueError(f"size must be positive, got {size}")
         rounded = self._round_up(size)
-        # (rounded, -1) sorts before every real (rounded, offset) entry.
-        idx = self._free_by_size.bisect_left((rounded, -1))
-        if idx == len(self._free_by_size):
+        offset = self._take_best_fit(rounded)
+        if offset is None:
             return None
-        length, offset = self._free_by_size[idx]
-        self._remove_free(offset, length)
-        if length > rounded:
-            self._insert_free(offset + rounded, length - rounded)
         self._allocations[offset] = rounded
-        self._used += rounded
         return offset
 
     def allocate_run(self, sizes: Sequence[int]) -> list[int] | None:
@@ -149,19 +143,28 @@ class OffsetAllocator:
             raise ValueError(f"sizes must be positive, got {min(sizes)}")
         round_up = self._round_up
         rounded = list(map(round_up, sizes))
-        total = sum(rounded)
-        idx = self._free_by_size.bisect_left((total, -1))
-        if idx == len(self._free_by_size):
+        start = self._take_best_fit(sum(rounded))
+        if start is None:
             return None
-        length, start = self._free_by_size[idx]
-        self._remove_free(start, length)
-        if length > total:
-            self._insert_free(start + total, length - total)
         # Each allocation starts where the previous one ends (C-level running sums).
         offsets = list(accumulate(rounded[:-1], initial=start))
         self._allocations.update(zip(offsets, rounded, strict=True))
-        self._used += total
         return offsets
+
+    def _take_best_fit(self, rounded: int) -> int | None:
+        """Take ``rounded`` bytes (aligned) from the start of the smallest free range that
+        holds them (the lowest offset among equals) and count them used; returns their
+        offset, or None when no range is large enough. O(log n)."""
+        # (rounded, -1) sorts before every real (rounded, offset) entry.
+        idx = self._free_by_size.bisect_left((rounded, -1))
+        if idx == len(self._free_by_size):
+            return None
+        length, offset = self._free_by_size[idx]
+        self._remove_free(offset, length)
+        if length > rounded:
+            self._insert_free(offset + rounded, length - rounded)
+        self._used += rounded
+        return offset
 
     def tag_run(self, offsets: Sequence[int], owners: Sequence[Any]) -> None:
         """:meth:`tag` of each allocation of a run :meth:`allocate_run` has just returned,
