@@ -75,6 +75,12 @@ bench-many: $(STAMP)
 bench-master-rss: $(STAMP)
 	$(PY) -m tests.bench.master_rss_bench $(BENCH_ARGS)
 
+# One stream-channel call's master CPU and round trip next to a bare uvloop server's (the floor)
+# make bench-rpc-floor BENCH_ARGS="--calls 20000 --rounds 5"
+.PHONY: bench-rpc-floor
+bench-rpc-floor: $(STAMP)
+	$(PY) -m tests.bench.rpc_floor_bench $(BENCH_ARGS)
+
 # What surviving the master costs (memory vs --enable_snapshot vs --enable_ha) and failover
 # times; needs Debian's etcd-server.
 bench-ha: $(STAMP)
