@@ -99,10 +99,17 @@ def _connect(port: int, child: subprocess.Popen[bytes]) -> socket.socket:
 
 
 def _measure(sock: socket.socket, pid: int, frame: bytes, calls: int) -> tuple[float, float]:
-    """``(round trip µs, server CPU µs)`` per call over ``calls`` calls of ``frame``."""
+    """``(round trip µs, server CPU µs)`` per call over ``calls`` calls of ``frame``.
+
+    Raises:
+        RuntimeError: a warm-up call was not answered with status 0 (the figures would time
+            a refusal).
+    """
     for _ in range(WARMUP_CALLS):
         sock.sendall(frame)
-        read_response(sock)
+        _, status, body = read_response(sock)
+        if status != 0:
+            raise RuntimeError(f"call answered with status {status}: {body[:200]!r}")
     cpu_before = _process_cpu_s(pid)
     started = time.perf_counter()
     for _ in range(calls):
