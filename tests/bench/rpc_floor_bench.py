@@ -35,6 +35,8 @@ from typing import cast
 
 from mooncake_py._proto import master_pb2
 from mooncake_py._wire.frames import read_response, request_frame
+from tests.bench.common import free_port
+from tests.bench.many_clients_stats import proc_stat_cpu_ticks
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 WARMUP_CALLS = 2000
@@ -43,14 +45,7 @@ START_TIMEOUT_S = 20.0
 
 def _process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) process ``pid`` has used so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return sum(proc_stat_cpu_ticks(Path(f"/proc/{pid}/stat").read_text())) / CLOCK_TICKS
 
 
 def _serve_floor(port: int) -> None:
@@ -131,16 +126,16 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
 
 def _round(calls: int, record: Callable[[str, float, float], None]) -> None:
     """One round: the floor, then the master's two calls; figures go to ``record``."""
-    port = _free_port()
+    port = free_port()
     floor = subprocess.Popen([sys.executable, "-m", __spec__.name, "--floor", str(port)])
     try:
         with _connect(port, floor) as sock:
             record("floor", *_measure(sock, floor.pid, request_frame(1, b"ExistKey", b""), calls))
     finally:
         _stop(floor)
-    port = _free_port()
+    port = free_port()
     master = subprocess.Popen(
-        [sys.executable, "-m", "mooncake_py.master", "--port", str(_free_port())]
+        [sys.executable, "-m", "mooncake_py.master", "--port", str(free_port())]
         + ["--fast_rpc_port", str(port), "--metrics_port", "-1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
